@@ -1,0 +1,305 @@
+//! Devices: where an array's buffers live and how bytes move between them.
+//!
+//! The [`Device`] trait is the one table of operations the interface needs,
+//! in the spirit of nanoarrow's `ArrowDevice`: identity (type and id),
+//! allocation, copies (host→device, device→host, device→device) queued on a
+//! [`Stream`], and events ([`Event`]) that order work across streams and are
+//! exported as an array's `sync_event`. Ownership after each call is stated on
+//! the method.
+//!
+//! Implementations here: [`cpu::CpuDevice`] and the emulated asynchronous
+//! device [`emulated::EmulatedDevice`] (reported as `EXT_DEV`), which is how
+//! the device paths are tested without a GPU. GPU back-ends (CUDA, ROCm,
+//! Metal) implement the same trait.
+//!
+//! [`lookup`] finds the implementation for a `(device_type, device_id)` pair
+//! read from an `ArrowDeviceArray`; [`register`] adds one.
+//!
+//! ```
+//! use arrow_device::abi::DeviceType;
+//! use arrow_device::device::{self, Device};
+//!
+//! let cpu = device::cpu();
+//! assert_eq!(cpu.device_type(), DeviceType::CPU);
+//! assert_eq!(cpu.device_id(), -1);
+//!
+//! // Copy bytes in and out through the device API.
+//! let buf = cpu.allocate(4).unwrap();
+//! let stream = cpu.create_stream().unwrap();
+//! let mut back = [0u8; 4];
+//! // SAFETY: the pointers are valid for 4 bytes until the stream is synchronized.
+//! unsafe {
+//!     cpu.copy_from_host([1u8, 2, 3, 4].as_ptr(), buf.as_ptr(), 4, &stream).unwrap();
+//!     cpu.copy_to_host(buf.as_ptr(), back.as_mut_ptr(), 4, &stream).unwrap();
+//! }
+//! cpu.synchronize_stream(&stream).unwrap();
+//! assert_eq!(back, [1, 2, 3, 4]);
+//! ```
+
+pub mod cpu;
+pub mod emulated;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::abi::DeviceType;
+use crate::error::{Error, Result};
+
+/// A shared handle to a device implementation.
+pub type DeviceRef = Arc<dyn Device>;
+
+/// The operations the Arrow C Device Data Interface needs from a device.
+///
+/// Pointers passed to the `unsafe` methods are device pointers of *this*
+/// device unless the parameter says host. Copies are queued on `stream` and may
+/// complete after the call returns: the caller keeps both sides alive and
+/// unmodified until the stream has been synchronized, or until an event
+/// recorded after the copy has completed.
+pub trait Device: Send + Sync + fmt::Debug + 'static {
+    /// The device's type as reported in `ArrowDeviceArray.device_type`.
+    fn device_type(&self) -> DeviceType;
+
+    /// The device's id as reported in `ArrowDeviceArray.device_id` (-1 for
+    /// the CPU).
+    fn device_id(&self) -> i64;
+
+    /// Whether the host may read this device's memory directly once its
+    /// events have completed (CPU, pinned and managed memory).
+    fn is_cpu_accessible(&self) -> bool {
+        self.device_type().is_cpu_accessible()
+    }
+
+    /// This device as `Any`, so an implementation can recognise its peers in
+    /// [`Device::copy_device_to_device`].
+    fn as_any(&self) -> &dyn Any;
+
+    /// Allocates `len` bytes of device memory aligned to at least 64 bytes.
+    /// The memory is freed when the returned [`DeviceBuffer`] is dropped.
+    /// A zero-length allocation returns a non-null, aligned pointer.
+    fn allocate(&self, len: usize) -> Result<DeviceBuffer>;
+
+    /// Creates a stream (queue) on which copies and events are ordered.
+    fn create_stream(&self) -> Result<Stream>;
+
+    /// Creates an event. Its [`Event::sync_event`] pointer is what an exported
+    /// array carries in `sync_event` (e.g. a `CUevent*` for CUDA); the event
+    /// is destroyed when dropped.
+    fn create_event(&self) -> Result<Event>;
+
+    /// Records `event` on `stream`: it completes once all work queued on the
+    /// stream before it has completed.
+    fn record_event(&self, event: &Event, stream: &Stream) -> Result<()>;
+
+    /// Blocks the host until all work queued on `stream` has completed.
+    fn synchronize_stream(&self, stream: &Stream) -> Result<()>;
+
+    /// Makes `stream` wait for a producer's `sync_event` before running the
+    /// work queued after this call (`cudaStreamWaitEvent` for CUDA).
+    ///
+    /// # Safety
+    /// `sync_event` must be NULL (no wait) or point to this device type's
+    /// event type, valid until this call returns.
+    unsafe fn stream_wait_sync_event(&self, stream: &Stream, sync_event: *mut c_void) -> Result<()>;
+
+    /// Blocks the host until a producer's `sync_event` has completed
+    /// (`cudaEventSynchronize` for CUDA).
+    ///
+    /// # Safety
+    /// As for [`Device::stream_wait_sync_event`].
+    unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()>;
+
+    /// Queues a copy of `len` bytes from host memory `src` to device memory `dst`.
+    ///
+    /// # Safety
+    /// `src` must be valid for `len` bytes of reads and `dst` a device pointer
+    /// of this device valid for `len` bytes of writes, both until the copy has
+    /// completed (see the trait's documentation).
+    unsafe fn copy_from_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream) -> Result<()>;
+
+    /// Queues a copy of `len` bytes from device memory `src` to host memory `dst`.
+    ///
+    /// # Safety
+    /// `src` must be a device pointer of this device valid for `len` bytes of
+    /// reads and `dst` host memory valid for `len` bytes of writes, both until
+    /// the copy has completed.
+    unsafe fn copy_to_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream) -> Result<()>;
+
+    /// Queues a copy of `len` bytes from `src`, memory of `src_device` (this
+    /// device or a peer of the same type), to `dst` on this device.
+    /// Implementations return [`Error::NotSupported`] for a source they cannot
+    /// reach; callers then stage the bytes through the host.
+    ///
+    /// # Safety
+    /// `src` valid for `len` bytes of reads on `src_device`, `dst` valid for
+    /// `len` bytes of writes on this device, until the copy has completed.
+    unsafe fn copy_device_to_device(
+        &self,
+        src_device: &dyn Device,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()>;
+}
+
+/// Device memory owned by the caller: freed on drop.
+pub struct DeviceBuffer {
+    ptr: *mut u8,
+    len: usize,
+    // Frees the memory when dropped; the implementation's own RAII type.
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the pointer is device memory owned by `_owner`, which is Send + Sync;
+// nothing in this type dereferences it.
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// Wraps memory at `ptr` that `owner` frees when dropped (for device
+    /// implementations).
+    pub fn new(ptr: *mut u8, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
+        Self { ptr, len, _owner: owner }
+    }
+
+    /// The device pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has zero bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer").field("ptr", &self.ptr).field("len", &self.len).finish()
+    }
+}
+
+/// A device stream (queue): an implementation's handle, destroyed on drop.
+pub struct Stream {
+    handle: Box<dyn Any + Send + Sync>,
+}
+
+impl Stream {
+    /// Wraps an implementation's stream handle.
+    pub fn new(handle: Box<dyn Any + Send + Sync>) -> Self {
+        Self { handle }
+    }
+
+    /// The implementation's handle, if it is a `T`.
+    pub fn handle<T: Any>(&self) -> Option<&T> {
+        self.handle.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Stream")
+    }
+}
+
+/// A device event: an implementation's handle, destroyed on drop, plus the
+/// pointer exported as `ArrowDeviceArray.sync_event` (NULL for devices
+/// without events, such as the CPU).
+pub struct Event {
+    handle: Box<dyn Any + Send + Sync>,
+    sync_event: *mut c_void,
+}
+
+// SAFETY: `sync_event` points into `handle` (or is NULL) and is only handed
+// to consumers; the handle itself is Send + Sync.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Wraps an implementation's event handle; `sync_event` must stay valid
+    /// for as long as the handle lives (point into a boxed handle).
+    pub fn new(handle: Box<dyn Any + Send + Sync>, sync_event: *mut c_void) -> Self {
+        Self { handle, sync_event }
+    }
+
+    /// The pointer to export as `sync_event`.
+    pub fn sync_event(&self) -> *mut c_void {
+        self.sync_event
+    }
+
+    /// The implementation's handle, if it is a `T`.
+    pub fn handle<T: Any>(&self) -> Option<&T> {
+        self.handle.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event").field("sync_event", &self.sync_event).finish()
+    }
+}
+
+fn registry() -> &'static RwLock<HashMap<(DeviceType, i64), DeviceRef>> {
+    static REGISTRY: OnceLock<RwLock<HashMap<(DeviceType, i64), DeviceRef>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+/// The CPU device.
+pub fn cpu() -> DeviceRef {
+    static CPU: OnceLock<DeviceRef> = OnceLock::new();
+    CPU.get_or_init(|| Arc::new(cpu::CpuDevice)).clone()
+}
+
+/// Registers `device` so that arrays reporting its type and id are imported
+/// through it; replaces an earlier registration of the same pair.
+pub fn register(device: DeviceRef) {
+    let key = (device.device_type(), device.device_id());
+    // A poisoned lock only means another thread panicked while inserting;
+    // the map itself is still consistent.
+    let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
+    map.insert(key, device);
+}
+
+/// Finds the implementation for a `(device_type, device_id)` pair: a
+/// registered one first, then the built-in CPU device (any id) and the
+/// emulated devices (`EXT_DEV`, ids 0 and up).
+pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
+    {
+        let map = registry().read().unwrap_or_else(|e| e.into_inner());
+        if let Some(device) = map.get(&(device_type, device_id)) {
+            return Some(device.clone());
+        }
+    }
+    match device_type {
+        DeviceType::CPU => Some(cpu()),
+        DeviceType::EXT_DEV if device_id >= 0 => {
+            emulated::EmulatedDevice::global(device_id).map(|d| d as DeviceRef)
+        }
+        _ => None,
+    }
+}
+
+/// Like [`lookup`], but an error naming the pair when nothing implements it.
+pub fn require(device_type: DeviceType, device_id: i64) -> Result<DeviceRef> {
+    lookup(device_type, device_id).ok_or_else(|| {
+        Error::NotSupported(format!(
+            "no device implementation for device type {device_type} id {device_id}: \
+             the array can be inspected but not copied"
+        ))
+    })
+}
+
+/// Whether two handles denote the same device (type and id).
+pub fn same_device(a: &dyn Device, b: &dyn Device) -> bool {
+    a.device_type() == b.device_type() && a.device_id() == b.device_id()
+}
