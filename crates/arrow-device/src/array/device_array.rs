@@ -1,44 +1,416 @@
-//! DeviceArray skeleton.
-use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field};
+//! [`DeviceArray`]: an imported (or copied) array tree on some device.
+//!
+//! A `DeviceArray` owns the foreign structs it was built from and releases
+//! them exactly once, when the last handle, slice, child or arrow-rs buffer
+//! that refers to them is dropped. It knows its device, data type, length,
+//! null count and each buffer's pointer and size, and never dereferences
+//! non-CPU memory on the host: [`DeviceArray::to_host`] copies through the
+//! device, [`DeviceArray::to_device`] copies to another device.
+//!
+//! ```
+//! use arrow_array::{Array, StringArray};
+//! use arrow_device::{export_array, DeviceArray, DeviceType, ValidationLevel};
+//!
+//! let strings = StringArray::from(vec![Some("a"), None, Some("ccc")]);
+//! let (array, schema) = export_array(&strings).unwrap();
+//! let imported = DeviceArray::try_new(array, schema, ValidationLevel::Default).unwrap();
+//! assert_eq!(imported.device_type(), DeviceType::CPU);
+//! assert_eq!((imported.len(), imported.null_count()), (3, Some(1)));
+//! // validity, offsets, data: the data buffer's size is the last offset.
+//! let sizes: Vec<_> = imported.buffers().iter().map(|b| b.len).collect();
+//! assert_eq!(sizes, [Some(1), Some(16), Some(4)]);
+//!
+//! let tail = imported.slice(1, 2).unwrap().to_host().unwrap();
+//! assert_eq!(tail.as_ref(), &strings.slice(1, 2) as &dyn Array);
+//! ```
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
+use arrow_buffer::alloc::Allocation;
+use arrow_schema::{DataType, Field, FieldRef, Schema};
+
 use crate::abi::{ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
-use crate::device::DeviceRef;
-use crate::error::Result;
-use crate::validate::ValidationLevel;
+use crate::array::copy;
+use crate::array::export::{export_node, KeepAlive};
+use crate::array::import::Importer;
+use crate::array::node::{wrap_owned, Node, RawBuf};
+use crate::device::{self, DeviceRef};
+use crate::error::{Error, Path, Result};
+use crate::validate::{self, ValidationLevel};
 
-/// An imported array.
-#[derive(Debug, Clone)]
-pub struct DeviceArray {}
+/// An array tree on a device, with the memory it refers to kept alive.
+#[derive(Clone)]
+pub struct DeviceArray {
+    storage: Arc<Storage>,
+    node: Arc<Node>,
+    field: FieldRef,
+}
 
-/// One buffer of a node.
+/// One buffer of a node, in C Data Interface order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferInfo {
-    /// Device pointer.
+    /// The device pointer (NULL where the producer left the buffer out).
     pub ptr: *const u8,
-    /// Size in bytes.
-    pub len: usize,
+    /// Size in bytes that the array uses; `None` when it depends on data that
+    /// could not be read (an opaque device).
+    pub len: Option<usize>,
 }
 
-#[allow(missing_docs, unused_variables)]
-impl DeviceArray {
-    pub fn try_new(array: ArrowDeviceArray, schema: FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> { todo!() }
-    pub unsafe fn try_from_raw(array: *mut ArrowDeviceArray, schema: *mut FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> { todo!() }
-    pub fn try_from_cpu(array: FFI_ArrowArray, schema: FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> { todo!() }
-    pub fn device_type(&self) -> DeviceType { todo!() }
-    pub fn device_id(&self) -> i64 { todo!() }
-    pub fn device(&self) -> Option<&DeviceRef> { todo!() }
-    pub fn field(&self) -> &Field { todo!() }
-    pub fn data_type(&self) -> &DataType { todo!() }
-    pub fn len(&self) -> usize { todo!() }
-    pub fn is_empty(&self) -> bool { todo!() }
-    pub fn offset(&self) -> usize { todo!() }
-    pub fn null_count(&self) -> Option<usize> { todo!() }
-    pub fn buffers(&self) -> Vec<BufferInfo> { todo!() }
-    pub fn children(&self) -> Vec<DeviceArray> { todo!() }
-    pub fn dictionary(&self) -> Option<DeviceArray> { todo!() }
-    pub fn slice(&self, offset: usize, len: usize) -> DeviceArray { todo!() }
-    pub fn to_host(&self) -> Result<ArrayRef> { todo!() }
-    pub fn to_record_batch(&self) -> Result<RecordBatch> { todo!() }
-    pub fn to_device(&self, device: &DeviceRef) -> Result<DeviceArray> { todo!() }
-    pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> { todo!() }
+/// What keeps a tree's memory valid, and how to synchronize with it.
+struct Storage {
+    device_type: DeviceType,
+    device_id: i64,
+    device: Option<DeviceRef>,
+    /// The producer's event, valid while `_keep` lives.
+    sync_event: *mut c_void,
+    /// Set once the host has waited on `sync_event`.
+    host_synced: AtomicBool,
+    sizes_known: bool,
+    /// The foreign struct (released on drop) or our own device copy.
+    _keep: KeepAlive,
 }
+
+// SAFETY: `sync_event` is only passed to the device API; everything else is
+// Send + Sync.
+unsafe impl Send for Storage {}
+// SAFETY: as above.
+unsafe impl Sync for Storage {}
+impl std::panic::RefUnwindSafe for Storage {}
+
+impl Storage {
+    /// Waits on the host for the producer's event, once.
+    fn host_sync(&self, device: &DeviceRef) -> Result<()> {
+        if !self.host_synced.load(Ordering::Acquire) {
+            // SAFETY: `sync_event` belongs to this device type and is kept
+            // valid by `_keep`.
+            unsafe { device.synchronize_sync_event(self.sync_event) }?;
+            self.host_synced.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl DeviceArray {
+    /// Imports a device array and its schema, taking ownership of both: they
+    /// are released exactly once, also when an error is returned.
+    pub fn try_new(array: ArrowDeviceArray, schema: FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> {
+        // The schema is only needed to learn the type; it is released when
+        // `schema` drops at the end of this function, on every path.
+        if schema.release().is_none() {
+            return Err(Error::invalid(&Path::root(), "schema struct was released (release is NULL)"));
+        }
+        if array.is_released() {
+            return Err(Error::invalid(&Path::root(), "array struct was released (release is NULL)"));
+        }
+        let field = Arc::new(Field::try_from(&schema)?); // SCHEMA-SWITCH
+        drop(schema);
+        let device = device::lookup(array.device_type, array.device_id);
+        let device_type = array.device_type;
+        let device_id = array.device_id;
+        let sync_event = array.sync_event;
+        let keep: Arc<ArrowDeviceArray> = Arc::new(array);
+        let raw = crate::abi::raw::array(&keep.array);
+        // SAFETY: the struct is non-released and owned by `keep`.
+        let (node, sizes_known) =
+            unsafe { Importer::new(level, device.as_ref()).import(raw, field.data_type(), sync_event) }?;
+        let host_synced = device.as_ref().is_some_and(|d| d.is_cpu_accessible()) && sync_event.is_null();
+        let storage = Arc::new(Storage {
+            device_type,
+            device_id,
+            device,
+            sync_event,
+            host_synced: AtomicBool::new(host_synced),
+            sizes_known,
+            _keep: keep,
+        });
+        let imported = DeviceArray { storage, node: Arc::new(node), field };
+        if level == ValidationLevel::Full {
+            imported.validate_full()?;
+        }
+        Ok(imported)
+    }
+
+    /// Imports from raw pointers, moving both structs out (spec: "Moving an
+    /// array"): the sources are marked released, and what was moved is
+    /// released exactly once, also on error.
+    ///
+    /// # Safety
+    /// Both pointers must be valid for reads and writes and point to
+    /// initialized structs that follow the C (Device) Data Interface.
+    pub unsafe fn try_from_raw(
+        array: *mut ArrowDeviceArray,
+        schema: *mut FFI_ArrowSchema,
+        level: ValidationLevel,
+    ) -> Result<Self> {
+        if array.is_null() || schema.is_null() {
+            // Move whichever is non-NULL so it is released, then report.
+            // SAFETY: non-NULL pointers are valid per the contract.
+            unsafe {
+                if !array.is_null() {
+                    drop(ArrowDeviceArray::from_raw(array));
+                }
+                if !schema.is_null() {
+                    drop(FFI_ArrowSchema::from_raw(schema));
+                }
+            }
+            return Err(Error::invalid(&Path::root(), "NULL ArrowDeviceArray or ArrowSchema pointer"));
+        }
+        // SAFETY: valid per the contract; from_raw leaves released structs.
+        let (array, schema) = unsafe { (ArrowDeviceArray::from_raw(array), FFI_ArrowSchema::from_raw(schema)) };
+        Self::try_new(array, schema, level)
+    }
+
+    /// Imports a plain C Data Interface array (CPU memory).
+    pub fn try_from_cpu(array: FFI_ArrowArray, schema: FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> {
+        let device_array = ArrowDeviceArray { array, ..ArrowDeviceArray::empty() };
+        Self::try_new(device_array, schema, level)
+    }
+
+    /// The device type the buffers live on.
+    pub fn device_type(&self) -> DeviceType {
+        self.storage.device_type
+    }
+
+    /// The device id (-1 for the CPU).
+    pub fn device_id(&self) -> i64 {
+        self.storage.device_id
+    }
+
+    /// The device implementation, or `None` for an opaque device type.
+    pub fn device(&self) -> Option<&DeviceRef> {
+        self.storage.device.as_ref()
+    }
+
+    /// The producer's `sync_event` (NULL when none).
+    pub fn sync_event(&self) -> *mut c_void {
+        self.storage.sync_event
+    }
+
+    /// The field (name, type, nullability, metadata) from the schema.
+    pub fn field(&self) -> &FieldRef {
+        &self.field
+    }
+
+    /// The data type.
+    pub fn data_type(&self) -> &DataType {
+        self.field.data_type()
+    }
+
+    /// The number of slots.
+    pub fn len(&self) -> usize {
+        self.node.len
+    }
+
+    /// Whether the array has no slots.
+    pub fn is_empty(&self) -> bool {
+        self.node.len == 0
+    }
+
+    /// The offset into the buffers, in slots.
+    pub fn offset(&self) -> usize {
+        self.node.offset
+    }
+
+    /// The null count, `None` when the producer reported -1 (unknown).
+    pub fn null_count(&self) -> Option<usize> {
+        self.node.null_count
+    }
+
+    /// The buffers of this node in C Data Interface order (for view types
+    /// without the variadic-sizes buffer).
+    pub fn buffers(&self) -> Vec<BufferInfo> {
+        let data_dependent = |i: usize| match self.node.data_type {
+            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => i == 2,
+            DataType::Utf8View | DataType::BinaryView => i >= 2,
+            _ => false,
+        };
+        self.node
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| BufferInfo {
+                ptr: b.ptr,
+                len: if self.storage.sizes_known || !data_dependent(i) { Some(b.len) } else { None },
+            })
+            .collect()
+    }
+
+    /// The children as the producer laid them out (a parent's offset is not
+    /// applied to them).
+    pub fn children(&self) -> Vec<DeviceArray> {
+        let fields = child_fields(&self.field);
+        self.node
+            .children
+            .iter()
+            .zip(fields)
+            .map(|(child, field)| DeviceArray { storage: self.storage.clone(), node: Arc::new(child.clone()), field })
+            .collect()
+    }
+
+    /// The dictionary of a dictionary-encoded array.
+    pub fn dictionary(&self) -> Option<DeviceArray> {
+        let DataType::Dictionary(_, value_type) = self.data_type() else { return None };
+        let dictionary = self.node.dictionary.as_ref()?;
+        Some(DeviceArray {
+            storage: self.storage.clone(),
+            node: Arc::new((**dictionary).clone()),
+            field: Arc::new(Field::new("dictionary", (**value_type).clone(), true)),
+        })
+    }
+
+    /// A zero-copy slice of `len` slots starting at `offset`.
+    pub fn slice(&self, offset: usize, len: usize) -> Result<DeviceArray> {
+        if offset.checked_add(len).is_none_or(|end| end > self.node.len) {
+            return Err(Error::NotSupported(format!(
+                "slice {offset}..{} out of bounds of an array of length {}",
+                offset.saturating_add(len),
+                self.node.len
+            )));
+        }
+        let mut node = (*self.node).clone();
+        node.offset += offset;
+        node.len = len;
+        node.first_last = None;
+        if node.null_count != Some(0) || offset + len != self.node.len || offset != 0 {
+            node.null_count = if self.node.null_count == Some(0) { Some(0) } else { None };
+        }
+        if !crate::array::layout::has_validity(&node.data_type) {
+            node.null_count = Some(0);
+        }
+        Ok(DeviceArray { storage: self.storage.clone(), node: Arc::new(node), field: self.field.clone() })
+    }
+
+    /// Copies (or, for CPU-accessible memory, wraps) the array as arrow-rs data,
+    /// after honouring the producer's `sync_event`.
+    pub fn to_host(&self) -> Result<ArrayRef> {
+        let device = self.require_device()?;
+        let data = if device.is_cpu_accessible() {
+            self.storage.host_sync(device)?;
+            let owner: Arc<dyn Allocation> = self.storage.clone();
+            // SAFETY: CPU-accessible memory, synchronized above, kept alive
+            // by `owner`; the tree passed import validation.
+            unsafe { self.node.to_array_data(&mut |b| wrap_owned(b, &owner)) }?
+        } else {
+            let (host_node, memory) = copy::device_to_host(&self.node, device, self.storage.sync_event)?;
+            let base = memory.as_ptr() as usize;
+            // SAFETY: every buffer of `host_node` lies inside `memory`, which
+            // each slice keeps alive.
+            unsafe { host_node.to_array_data(&mut |b: RawBuf| memory.slice_with_length(b.ptr as usize - base, b.len)) }?
+        };
+        Ok(make_array(data))
+    }
+
+    /// Copies a struct array to the host as a record batch; the schema's
+    /// metadata comes from the struct's field metadata.
+    pub fn to_record_batch(&self) -> Result<RecordBatch> {
+        let DataType::Struct(fields) = self.data_type() else {
+            return Err(Error::NotSupported(format!("a record batch needs a struct array, found {}", self.data_type())));
+        };
+        let array = self.to_host()?;
+        let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {
+            return Err(Error::NotSupported("struct array expected".into()));
+        };
+        if struct_array.null_count() > 0 {
+            return Err(Error::invalid(&Path::root(), "a record batch cannot have top-level nulls"));
+        }
+        let schema = Arc::new(Schema::new_with_metadata(fields.clone(), self.field.metadata().clone()));
+        Ok(RecordBatch::try_new(schema, struct_array.columns().to_vec())?)
+    }
+
+    /// Copies the array onto `device` (directly between devices of one type,
+    /// through the host otherwise). The result carries the copy's event.
+    pub fn to_device(&self, device: &DeviceRef) -> Result<DeviceArray> {
+        let src = self.require_device()?;
+        if device::same_device(src.as_ref(), device.as_ref()) {
+            return Ok(self.clone());
+        }
+        if device.device_type() == DeviceType::CPU {
+            let (node, keep): (Node, KeepAlive) = if src.is_cpu_accessible() {
+                self.storage.host_sync(src)?;
+                ((*self.node).clone(), self.storage.clone())
+            } else {
+                let (node, memory) = copy::device_to_host(&self.node, src, self.storage.sync_event)?;
+                (node, Arc::new(memory))
+            };
+            return Ok(self.with_storage(node, device.clone(), std::ptr::null_mut(), keep));
+        }
+        let src_keep: KeepAlive = self.storage.clone();
+        let copied = copy::device_to_device(&self.node, src, self.storage.sync_event, src_keep, device)?;
+        Ok(self.with_storage(copied.node, copied.device, copied.sync_event, copied.keep_alive))
+    }
+
+    /// Exports this array (zero-copy) as a new pair of C structs that keep it
+    /// alive; `sync_event` is the producer's, still owned by this tree.
+    pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
+        let device = self.require_device()?;
+        let schema = FFI_ArrowSchema::try_from(self.field.as_ref())?;
+        let keep: KeepAlive = self.storage.clone();
+        Ok((export_node(&self.node, keep, device.as_ref(), self.storage.sync_event), schema))
+    }
+
+    fn with_storage(&self, node: Node, device: DeviceRef, sync_event: *mut c_void, keep: KeepAlive) -> DeviceArray {
+        let host_synced = device.is_cpu_accessible() && sync_event.is_null();
+        let storage = Arc::new(Storage {
+            device_type: device.device_type(),
+            device_id: device.device_id(),
+            device: Some(device),
+            sync_event,
+            host_synced: AtomicBool::new(host_synced),
+            sizes_known: true,
+            _keep: keep,
+        });
+        DeviceArray { storage, node: Arc::new(node), field: self.field.clone() }
+    }
+
+    fn require_device(&self) -> Result<&DeviceRef> {
+        self.storage.device.as_ref().ok_or_else(|| {
+            Error::NotSupported(format!(
+                "no device implementation for device type {} id {}: the array's metadata can be read but its data cannot be copied",
+                self.storage.device_type, self.storage.device_id
+            ))
+        })
+    }
+
+    /// Full validation of values on CPU-accessible memory (Full level).
+    fn validate_full(&self) -> Result<()> {
+        let Some(device) = self.storage.device.as_ref().filter(|d| d.is_cpu_accessible()) else {
+            return Ok(());
+        };
+        self.storage.host_sync(device)?;
+        let owner: Arc<dyn Allocation> = self.storage.clone();
+        // SAFETY: CPU-accessible memory, synchronized, kept alive by `owner`.
+        let data = unsafe { self.node.to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
+        validate::full(&data, &Path::root())
+    }
+}
+
+fn child_fields(field: &Field) -> Vec<FieldRef> {
+    match field.data_type() {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => vec![f.clone()],
+        DataType::Struct(fields) => fields.iter().cloned().collect(),
+        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f.clone()).collect(),
+        DataType::RunEndEncoded(r, v) => vec![r.clone(), v.clone()],
+        _ => Vec::new(),
+    }
+}
+
+impl fmt::Debug for DeviceArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceArray")
+            .field("data_type", self.data_type())
+            .field("len", &self.len())
+            .field("device_type", &self.device_type())
+            .field("device_id", &self.device_id())
+            .finish()
+    }
+}
+

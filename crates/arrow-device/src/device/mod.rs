@@ -72,6 +72,16 @@ pub trait Device: Send + Sync + fmt::Debug + 'static {
         self.device_type().is_cpu_accessible()
     }
 
+    /// Whether `len` bytes at `ptr`, a pointer found in an array of this
+    /// device, can be read by the host directly. Used for the variadic-sizes
+    /// buffer of view arrays, which Arrow C++ exports in host memory even for
+    /// device arrays (see the crate documentation). Implementations that can
+    /// classify pointers (CUDA: `cuPointerGetAttribute`) should override it.
+    fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
+        let _ = (ptr, len);
+        self.is_cpu_accessible()
+    }
+
     /// This device as `Any`, so an implementation can recognise its peers in
     /// [`Device::copy_device_to_device`].
     fn as_any(&self) -> &dyn Any;

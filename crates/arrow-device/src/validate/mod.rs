@@ -1,4 +1,12 @@
-//! Validation of imported arrays (placeholder levels; checks land with import).
+//! Validation levels for imported arrays.
+//!
+//! The structural checks (every level from [`ValidationLevel::Minimal`]) run
+//! while the importer walks the structs; [`ValidationLevel::Full`] adds the
+//! value checks of `full`, on CPU-accessible memory only: device memory is
+//! never read on the host.
+
+mod full;
+pub(crate) use full::full;
 
 /// How much an importer checks before using a foreign array, as in nanoarrow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -1,0 +1,214 @@
+//! Copies of whole array trees between the host and devices.
+//!
+//! Every copy of a tree makes one allocation on the destination (each buffer
+//! at a 64-byte aligned offset), queues one copy per buffer on one stream and
+//! synchronizes once: with the host for copies to the host, through a recorded
+//! event for copies to a device (the event becomes the new array's
+//! `sync_event`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use arrow_buffer::{Buffer, MutableBuffer};
+
+use crate::array::export::KeepAlive;
+use crate::array::node::{Node, RawBuf};
+use crate::device::{DeviceBuffer, DeviceRef, Event, Stream};
+use crate::error::{Error, Result};
+
+/// Alignment of every buffer inside a tree's allocation.
+const ALIGN: usize = 64;
+
+/// A tree copied onto a device, with what keeps it valid.
+pub(crate) struct Copied {
+    pub node: Node,
+    pub keep_alive: KeepAlive,
+    pub device: DeviceRef,
+    /// The event recorded after the copies (NULL for devices without events).
+    pub sync_event: *mut c_void,
+}
+
+/// Device memory of a copied tree. Dropping it first waits for the copies
+/// (the event), so sources and destination stay valid while they run, even
+/// when a consumer releases the array without waiting on its `sync_event`.
+struct DeviceCopy {
+    device: DeviceRef,
+    event: Event,
+    _stream: Stream,
+    _memory: DeviceBuffer,
+    _sources: Option<KeepAlive>,
+}
+
+impl Drop for DeviceCopy {
+    fn drop(&mut self) {
+        // SAFETY: the event was created by `device` and lives in `self`.
+        // A failure cannot be reported from a destructor; the memory is freed
+        // by the device's own deallocation, which orders after pending work.
+        let _ = unsafe { self.device.synchronize_sync_event(self.event.sync_event()) };
+    }
+}
+
+/// Lays out the buffers of `node` in one allocation: returns each buffer's
+/// offset (in visiting order) and the total size.
+fn plan(node: &Node) -> Result<(Vec<usize>, usize)> {
+    let mut offsets = Vec::new();
+    let mut total = 0usize;
+    let mut overflow = false;
+    node.for_each_buffer(&mut |b| {
+        offsets.push(total);
+        if !b.ptr.is_null() {
+            total = match total.checked_add(b.len).and_then(|t| t.checked_next_multiple_of(ALIGN)) {
+                Some(t) => t,
+                None => {
+                    overflow = true;
+                    total
+                }
+            };
+        }
+    });
+    if overflow {
+        return Err(Error::NotSupported("array tree too large to copy: size overflows usize".into()));
+    }
+    Ok((offsets, total))
+}
+
+/// Rebuilds `node` with buffer `i` at `base + offsets[i]`; NULL stays NULL.
+fn relocate(node: &Node, offsets: &[usize], base: *const u8) -> Node {
+    let mut i = 0;
+    node.map_buffers(&mut |b| {
+        let offset = offsets[i];
+        i += 1;
+        if b.ptr.is_null() {
+            RawBuf::NULL
+        } else {
+            // `wrapping_add` so that no provenance claims are made about
+            // device pointers, which are never dereferenced here.
+            RawBuf { ptr: base.wrapping_add(offset), len: b.len }
+        }
+    })
+}
+
+/// Copies a tree of host-readable buffers onto `device`. `sources` keeps the
+/// host buffers alive until the copies have completed.
+pub(crate) fn host_to_device(node: &Node, sources: KeepAlive, device: &DeviceRef) -> Result<Copied> {
+    let (offsets, total) = plan(node)?;
+    let memory = device.allocate(total)?;
+    let stream = device.create_stream()?;
+    let copied = relocate(node, &offsets, memory.as_ptr());
+    let mut result = Ok(());
+    let mut dst = Vec::new();
+    copied.for_each_buffer(&mut |b| dst.push(b));
+    let mut i = 0;
+    node.for_each_buffer(&mut |src| {
+        let to = dst[i];
+        i += 1;
+        if result.is_ok() && !src.ptr.is_null() && src.len > 0 {
+            // SAFETY: `src` is host-readable for `len` bytes and kept alive by
+            // `sources` until the event below completes; `to` lies inside
+            // `memory`, sized by `plan`.
+            result = unsafe { device.copy_from_host(src.ptr, to.ptr.cast_mut(), src.len, &stream) };
+        }
+    });
+    finish_device_copy(copied, result, device, stream, memory, Some(sources))
+}
+
+/// Copies a tree on `src` (whose producer event is `sync_event`) onto `dst`.
+/// Devices of one type copy directly; others stage through the host.
+pub(crate) fn device_to_device(
+    node: &Node,
+    src: &DeviceRef,
+    sync_event: *mut c_void,
+    src_keep: KeepAlive,
+    dst: &DeviceRef,
+) -> Result<Copied> {
+    if src.is_cpu_accessible() {
+        // SAFETY: `sync_event` is the producer's event for `src` (or NULL).
+        unsafe { src.synchronize_sync_event(sync_event) }?;
+        return host_to_device(node, src_keep, dst);
+    }
+    if src.device_type() == dst.device_type() {
+        let (offsets, total) = plan(node)?;
+        let memory = dst.allocate(total)?;
+        let stream = dst.create_stream()?;
+        // SAFETY: same device type, so the event type matches.
+        unsafe { dst.stream_wait_sync_event(&stream, sync_event) }?;
+        let copied = relocate(node, &offsets, memory.as_ptr());
+        let mut dsts = Vec::new();
+        copied.for_each_buffer(&mut |b| dsts.push(b));
+        let mut i = 0;
+        let mut result = Ok(());
+        node.for_each_buffer(&mut |from| {
+            let to = dsts[i];
+            i += 1;
+            if result.is_ok() && !from.ptr.is_null() && from.len > 0 {
+                // SAFETY: `from` is valid on `src` (kept by `src_keep`), `to`
+                // lies inside `memory`.
+                result = unsafe { dst.copy_device_to_device(src.as_ref(), from.ptr, to.ptr.cast_mut(), from.len, &stream) };
+            }
+        });
+        match result {
+            Err(Error::NotSupported(_)) => {}
+            other => return finish_device_copy(copied, other, dst, stream, memory, Some(src_keep)),
+        }
+    }
+    // Stage through the host: one host copy, then one upload.
+    let (host_node, host_memory) = device_to_host(node, src, sync_event)?;
+    let keep: KeepAlive = Arc::new(host_memory);
+    host_to_device(&host_node, keep, dst)
+}
+
+fn finish_device_copy(
+    node: Node,
+    queued: Result<()>,
+    device: &DeviceRef,
+    stream: Stream,
+    memory: DeviceBuffer,
+    sources: Option<KeepAlive>,
+) -> Result<Copied> {
+    if let Err(e) = queued {
+        // Let what was queued finish before the memory goes away.
+        let _ = device.synchronize_stream(&stream);
+        return Err(e);
+    }
+    let event = device.create_event()?;
+    device.record_event(&event, &stream)?;
+    let sync_event = event.sync_event();
+    let keep_alive: KeepAlive = Arc::new(DeviceCopy {
+        device: device.clone(),
+        event,
+        _stream: stream,
+        _memory: memory,
+        _sources: sources,
+    });
+    Ok(Copied { node, keep_alive, device: device.clone(), sync_event })
+}
+
+/// Copies a tree on `src` to one host allocation, after waiting on the
+/// producer's `sync_event`; returns the relocated tree and the host memory.
+pub(crate) fn device_to_host(node: &Node, src: &DeviceRef, sync_event: *mut c_void) -> Result<(Node, Buffer)> {
+    let (offsets, total) = plan(node)?;
+    let mut host = MutableBuffer::from_len_zeroed(total);
+    let base = host.as_mut_ptr();
+    let stream = src.create_stream()?;
+    // SAFETY: `sync_event` is the producer's event for this device (or NULL).
+    unsafe { src.stream_wait_sync_event(&stream, sync_event) }?;
+    let copied = relocate(node, &offsets, base);
+    let mut dsts = Vec::new();
+    copied.for_each_buffer(&mut |b| dsts.push(b));
+    let mut i = 0;
+    let mut result = Ok(());
+    node.for_each_buffer(&mut |from| {
+        let to = dsts[i];
+        i += 1;
+        if result.is_ok() && !from.ptr.is_null() && from.len > 0 {
+            // SAFETY: `from` is valid device memory of `src`; `to` lies inside
+            // `host`, which outlives the synchronization below.
+            result = unsafe { src.copy_to_host(from.ptr, to.ptr.cast_mut(), from.len, &stream) };
+        }
+    });
+    let synced = src.synchronize_stream(&stream);
+    result?;
+    synced?;
+    Ok((copied, Buffer::from(host)))
+}
+

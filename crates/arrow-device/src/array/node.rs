@@ -1,0 +1,256 @@
+//! The one in-memory picture of an array tree that every path goes through.
+//!
+//! A [`Node`] records, for one level of an array tree, its data type, length,
+//! offset, null count and the pointer and byte size of each buffer, in C Data
+//! Interface order. Nodes never own memory: whoever builds a tree keeps the
+//! memory alive next to it (an imported struct, an arrow-rs `ArrayData`, a
+//! device allocation).
+//!
+//! Export turns arrow-rs data into nodes ([`Node::from_array_data`]) and nodes
+//! into C structs; import turns C structs into nodes; copies map nodes from one
+//! device's memory to another's; [`Node::to_array_data`] turns host-readable
+//! nodes back into arrow-rs data.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_buffer::{Buffer, BooleanBufferBuilder, MutableBuffer, NullBuffer};
+use arrow_data::{ArrayData, ArrayDataBuilder};
+use arrow_schema::DataType;
+
+use crate::array::layout;
+use crate::error::Result;
+
+/// One buffer: where it starts and how many bytes of it the node uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawBuf {
+    pub ptr: *const u8,
+    pub len: usize,
+}
+
+impl RawBuf {
+    pub(crate) const NULL: RawBuf = RawBuf { ptr: std::ptr::null(), len: 0 };
+
+    fn of(buffer: &Buffer) -> RawBuf {
+        RawBuf { ptr: buffer.as_ptr(), len: buffer.len() }
+    }
+}
+
+/// Reads of data that sizes depend on, resolved after one batched read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Pending {
+    #[default]
+    None,
+    /// First and last offsets: indices into the batch of reads.
+    Offsets { first: usize, last: usize },
+    /// `count` variadic buffer sizes starting at read `start`.
+    Variadic { start: usize, count: usize },
+    /// The last run end of a run-end-encoded node's `run_ends` child.
+    LastRunEnd { read: usize },
+}
+
+/// One level of an array tree (see the module documentation).
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub data_type: DataType,
+    pub len: usize,
+    pub offset: usize,
+    /// `None` when the producer reported -1 (unknown).
+    pub null_count: Option<usize>,
+    /// C order, without the variadic-sizes buffer of view types (derived from
+    /// the variadic buffers' sizes when exporting).
+    pub buffers: Vec<RawBuf>,
+    pub children: Vec<Node>,
+    pub dictionary: Option<Box<Node>>,
+    /// Values read from data during import (first/last offset), for checks
+    /// and for copying only what is referenced.
+    pub first_last: Option<(i64, i64)>,
+    pub(crate) pending: Pending,
+}
+
+// SAFETY: a Node is plain metadata; the memory its pointers refer to is kept
+// alive and synchronized by the owner stored beside it.
+unsafe impl Send for Node {}
+// SAFETY: as above; nothing dereferences the pointers through `&Node`.
+unsafe impl Sync for Node {}
+
+impl Node {
+    /// The slots the buffers must cover: `offset + len`.
+    pub(crate) fn slots(&self) -> usize {
+        self.offset + self.len
+    }
+
+    /// Visits every buffer of the tree in a fixed order (pre-order: the
+    /// node's buffers, then children, then the dictionary).
+    pub(crate) fn for_each_buffer(&self, f: &mut impl FnMut(RawBuf)) {
+        self.buffers.iter().for_each(|b| f(*b));
+        for child in &self.children {
+            child.for_each_buffer(f);
+        }
+        if let Some(dictionary) = &self.dictionary {
+            dictionary.for_each_buffer(f);
+        }
+    }
+
+    /// A copy of the tree with every buffer replaced by `f(buffer)`, visited in
+    /// the order of [`Node::for_each_buffer`].
+    pub(crate) fn map_buffers(&self, f: &mut impl FnMut(RawBuf) -> RawBuf) -> Node {
+        Node {
+            data_type: self.data_type.clone(),
+            len: self.len,
+            offset: self.offset,
+            null_count: self.null_count,
+            buffers: self.buffers.iter().map(|b| f(*b)).collect(),
+            children: self.children.iter().map(|c| c.map_buffers(f)).collect(),
+            dictionary: self.dictionary.as_ref().map(|d| Box::new(d.map_buffers(f))),
+            first_last: self.first_last,
+            pending: Pending::None,
+        }
+    }
+
+    /// Describes arrow-rs data without copying it. Validity bitmaps whose bit
+    /// offset differs from the array's are realigned into `extra`, which the
+    /// caller keeps alive with `data`.
+    pub(crate) fn from_array_data(data: &ArrayData, extra: &mut Vec<Buffer>) -> Node {
+        let data_type = data.data_type();
+        let mut buffers = Vec::with_capacity(data.buffers().len() + 1);
+        if layout::has_validity(data_type) {
+            buffers.push(validity_of(data, extra));
+        }
+        buffers.extend(data.buffers().iter().map(RawBuf::of));
+        let (children, dictionary) = match data_type {
+            DataType::Dictionary(_, _) => (
+                Vec::new(),
+                data.child_data().first().map(|d| Box::new(Node::from_array_data(d, extra))),
+            ),
+            _ => (data.child_data().iter().map(|c| Node::from_array_data(c, extra)).collect(), None),
+        };
+        let null_count = match data_type {
+            // As the IPC format does, a null array reports all slots null.
+            DataType::Null => data.len(),
+            _ if layout::has_validity(data_type) => data.null_count(),
+            _ => 0,
+        };
+        Node {
+            data_type: data_type.clone(),
+            len: data.len(),
+            offset: data.offset(),
+            null_count: Some(null_count),
+            buffers,
+            children,
+            dictionary,
+            first_last: None,
+            pending: Pending::None,
+        }
+    }
+
+    /// Builds arrow-rs data over host-readable buffers; `wrap` turns each
+    /// non-empty buffer into an arrow-rs `Buffer` (zero-copy over an owner, or
+    /// a slice of a host copy). Misaligned buffers are copied by arrow-rs'
+    /// `align_buffers`, so a foreign producer's alignment never causes UB.
+    ///
+    /// # Safety
+    /// Every buffer must be host-readable for its `len` bytes for as long as
+    /// the buffers `wrap` returns live, and the tree must have passed import
+    /// validation (arrow-rs skips its own).
+    pub(crate) unsafe fn to_array_data(&self, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Result<ArrayData> {
+        let mut buffers = self.buffers.iter();
+        let nulls = if layout::has_validity(&self.data_type) {
+            let validity = buffers.next().copied().unwrap_or(RawBuf::NULL);
+            if validity.ptr.is_null() || self.null_count == Some(0) {
+                None
+            } else {
+                let bits = arrow_buffer::BooleanBuffer::new(wrap(validity), self.offset, self.len);
+                Some(match self.null_count {
+                    // SAFETY: at Full level the count was checked against the
+                    // bitmap; below it the producer's count is trusted, as the
+                    // C Data Interface says.
+                    Some(count) => unsafe { NullBuffer::new_unchecked(bits, count) },
+                    None => NullBuffer::new(bits),
+                })
+            }
+        } else {
+            None
+        };
+        let mut data_buffers: Vec<Buffer> = buffers.map(|b| wrap_or_empty(*b, wrap)).collect();
+        if matches!(self.data_type, DataType::Utf8 | DataType::Binary | DataType::List(_) | DataType::Map(_, _))
+            && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
+        {
+            // A zero-slot array may come without an offsets buffer; arrow-rs
+            // wants one offset.
+            data_buffers[0] = Buffer::from_slice_ref([0i32]);
+        }
+        if matches!(self.data_type, DataType::LargeUtf8 | DataType::LargeBinary | DataType::LargeList(_))
+            && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
+        {
+            data_buffers[0] = Buffer::from_slice_ref([0i64]);
+        }
+        let mut child_data = Vec::with_capacity(self.children.len() + 1);
+        for child in &self.children {
+            // SAFETY: the caller's guarantee extends to the whole tree.
+            child_data.push(unsafe { child.to_array_data(wrap) }?);
+        }
+        if let Some(dictionary) = &self.dictionary {
+            // SAFETY: as above.
+            child_data.push(unsafe { dictionary.to_array_data(wrap) }?);
+        }
+        let builder = ArrayDataBuilder::new(self.data_type.clone())
+            .len(self.len)
+            .offset(self.offset)
+            .nulls(nulls)
+            .buffers(data_buffers)
+            .child_data(child_data)
+            .align_buffers(true);
+        // SAFETY: import validation checked the structure at the level the
+        // caller asked for (see the function's contract).
+        Ok(unsafe { builder.skip_validation(true) }.build()?)
+    }
+}
+
+fn wrap_or_empty(buffer: RawBuf, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Buffer {
+    if buffer.ptr.is_null() || buffer.len == 0 {
+        Buffer::from(MutableBuffer::new(0))
+    } else {
+        wrap(buffer)
+    }
+}
+
+/// Wraps host memory kept alive by `owner` as an arrow-rs buffer.
+///
+/// # Safety
+/// `buffer` must be host-readable for `len` bytes while `owner` lives.
+pub(crate) unsafe fn wrap_owned(buffer: RawBuf, owner: &Arc<dyn arrow_buffer::alloc::Allocation>) -> Buffer {
+    match NonNull::new(buffer.ptr.cast_mut()) {
+        // SAFETY: guaranteed by the caller.
+        Some(ptr) if buffer.len > 0 => unsafe { Buffer::from_custom_allocation(ptr, buffer.len, owner.clone()) },
+        _ => Buffer::from(MutableBuffer::new(0)),
+    }
+}
+
+/// The validity bitmap of `data`, as a pointer whose bit `data.offset() + i`
+/// is slot `i`; NULL when there are no nulls.
+fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
+    let Some(nulls) = data.nulls() else {
+        return RawBuf::NULL;
+    };
+    if nulls.null_count() == 0 {
+        return RawBuf::NULL;
+    }
+    let bit_offset = nulls.offset();
+    let buffer = nulls.buffer();
+    if bit_offset >= data.offset() && (bit_offset - data.offset()) % 8 == 0 {
+        let skip = (bit_offset - data.offset()) / 8;
+        // SAFETY: `skip` bytes lie inside the bitmap, which covers bit_offset.
+        let ptr = unsafe { buffer.as_ptr().add(skip) };
+        return RawBuf { ptr, len: buffer.len() - skip };
+    }
+    // The bitmap starts at a different bit than the data: copy it so that
+    // bit `data.offset()` is slot 0, as the C interface requires.
+    let mut builder = BooleanBufferBuilder::new(data.offset() + data.len());
+    builder.append_n(data.offset(), true);
+    builder.append_buffer(nulls.inner());
+    let realigned = builder.finish().into_inner();
+    let raw = RawBuf::of(&realigned);
+    extra.push(realigned);
+    raw
+}

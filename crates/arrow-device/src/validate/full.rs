@@ -1,0 +1,46 @@
+//! Full validation: every value of CPU-accessible data.
+
+use arrow_data::ArrayData;
+use arrow_schema::DataType;
+
+use crate::error::{Error, Path, Result};
+
+/// Checks the values of `data` and its descendants, naming the node at fault.
+///
+/// arrow-rs' `validate_data` covers offsets (monotonic, in range), UTF-8,
+/// view lengths and buffer indices, run ends, dictionary keys and null
+/// counts, one node at a time; union type ids are checked here since
+/// arrow-rs does not check them all.
+pub(crate) fn full(data: &ArrayData, path: &Path<'_>) -> Result<()> {
+    data.validate_data().map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
+    if let DataType::Union(fields, _) = data.data_type() {
+        let ids = &data.buffers()[0].as_slice()[data.offset()..data.offset() + data.len()];
+        for (i, id) in ids.iter().enumerate() {
+            if !fields.iter().any(|(declared, _)| declared == *id as i8) {
+                return Err(Error::invalid(&path.buffer(0), format!("type id {} at index {i} is not one of the union's type ids", *id as i8)));
+            }
+        }
+    }
+    match data.data_type() {
+        DataType::Dictionary(_, _) => {
+            if let Some(dictionary) = data.child_data().first() {
+                full(dictionary, &path.dictionary())?;
+            }
+        }
+        DataType::Struct(fields) => {
+            for (i, (child, field)) in data.child_data().iter().zip(fields.iter()).enumerate() {
+                full(child, &path.field(i, Some(field.name())))?;
+            }
+        }
+        _ => {
+            for (i, child) in data.child_data().iter().enumerate() {
+                full(child, &path.child(i, None))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn strip_prefix(message: String) -> String {
+    message.strip_prefix("Invalid argument error: ").map(str::to_string).unwrap_or(message)
+}
