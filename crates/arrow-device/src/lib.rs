@@ -1,17 +1,75 @@
 //! # arrow-device
 //!
-//! The Apache Arrow C Device Data Interface for Rust.
+//! The [Apache Arrow C Device Data Interface] for Rust: zero-copy export and
+//! import of arrow-rs data on any device, with the spec's device, ownership
+//! and synchronization rules.
+//!
+//! * [`abi`]: the `#[repr(C)]` structs (`ArrowDeviceArray`,
+//!   `ArrowDeviceArrayStream`, the async structs) and [`DeviceType`].
+//! * [`export_array`] / [`export_record_batch`] (zero-copy on the CPU) and
+//!   [`export_array_to`] / [`export_record_batch_to`] (copied onto a device,
+//!   with a real `sync_event`).
+//! * [`DeviceArray`]: an imported array tree that owns the foreign structs,
+//!   releases them exactly once, knows its device and every buffer's size,
+//!   and copies to the host ([`DeviceArray::to_host`]) or another device
+//!   ([`DeviceArray::to_device`]) without ever dereferencing device memory on
+//!   the host.
+//! * [`ValidationLevel`]: none / minimal / default / full, as in nanoarrow.
+//! * [`device`]: the [`device::Device`] trait, the CPU, and an emulated
+//!   asynchronous device (`EXT_DEV`) for testing device paths without a GPU.
+//!
+//! CPU data is arrow-rs data: there is no second CPU array type.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+//! use arrow_device::{export_record_batch, DeviceArray, DeviceType, ValidationLevel};
+//!
+//! let batch = RecordBatch::try_from_iter([
+//!     ("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+//!     ("name", Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])) as ArrayRef),
+//! ])
+//! .unwrap();
+//!
+//! // Producer side: two C structs, ready to hand to any consumer.
+//! let (array, schema) = export_record_batch(&batch).unwrap();
+//! assert_eq!(array.device_type, DeviceType::CPU);
+//!
+//! // Consumer side: validate, then use as arrow-rs data without a copy.
+//! let imported = DeviceArray::try_new(array, schema, ValidationLevel::Default).unwrap();
+//! assert_eq!(imported.len(), 3);
+//! assert_eq!(imported.to_record_batch().unwrap(), batch);
+//! ```
+//!
+//! ## Decisions where the spec is silent or slips
+//!
+//! * **Variadic buffer sizes of view arrays.** Where the sizes buffer of a
+//!   `string_view`/`binary_view` array lives is unspecified; Arrow C++ puts it
+//!   in host memory even for device arrays. This crate always *exports* it in
+//!   host memory (pinned host memory for CUDA, readable from both sides) and,
+//!   on *import*, asks the device whether the pointer is host-readable
+//!   ([`device::Device::is_host_readable`]): host memory is read directly,
+//!   device memory through the device's copy API in the same batched read as
+//!   the offsets.
+//! * **Misaligned buffers** from a foreign producer are copied to aligned
+//!   memory when converted to arrow-rs data (never undefined behaviour).
+//! * **`reserved`** is written as zero and ignored on import, so that a future
+//!   use of those bytes does not break this consumer.
+//! * **A non-NULL `sync_event` on a CPU array** (whose event type is "N/A") is
+//!   rejected when the data is accessed: it cannot be honoured.
+//!
+//! [Apache Arrow C Device Data Interface]: https://arrow.apache.org/docs/format/CDeviceDataInterface.html
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod array;
 pub mod device;
 pub mod error;
-
-pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};
-pub use error::{Error, Result};
-pub mod array;
+pub mod schema;
 pub mod validate;
 
-pub use array::{export_array, export_array_to, export_record_batch, export_record_batch_to, DeviceArray};
+pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};
+pub use array::{export_array, export_array_to, export_record_batch, export_record_batch_to, BufferInfo, DeviceArray};
+pub use error::{Error, Result};
 pub use validate::ValidationLevel;

@@ -341,9 +341,12 @@ fn child_types(data_type: &DataType) -> Vec<(&str, &DataType)> {
 /// Child lengths that follow from the parent's metadata alone.
 fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
     let slots = node.slots();
+    let is_struct = matches!(node.data_type, DataType::Struct(_));
     let need = |child: &Node, i: usize, needed: usize, why: &str| -> Result<()> {
         if child.len < needed {
-            let p = path.child(i, None);
+            let names = child_types(&node.data_type);
+            let name = names.get(i).map(|(n, _)| *n);
+            let p = if is_struct { path.field(i, name) } else { path.child(i, name) };
             return Err(Error::invalid(&p, format!("child has length {}, expected at least {needed} ({why})", child.len)));
         }
         Ok(())

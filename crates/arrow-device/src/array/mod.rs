@@ -4,6 +4,22 @@
 //! * [`export`](export_array): arrow-rs → C structs (zero-copy on the CPU).
 //! * [`DeviceArray`]: C structs → an owned, validated, device-aware handle.
 //! * `layout`: the buffer rules of every type, shared by both directions.
+//!
+//! ```
+//! use arrow_array::{Array, ListArray, types::Int32Type};
+//! use arrow_device::{export_array, DeviceArray, ValidationLevel};
+//!
+//! let lists = ListArray::from_iter_primitive::<Int32Type, _, _>([
+//!     Some(vec![Some(1), Some(2)]),
+//!     None,
+//!     Some(vec![Some(3)]),
+//! ]);
+//! let (array, schema) = export_array(&lists).unwrap();
+//! let imported = DeviceArray::try_new(array, schema, ValidationLevel::Full).unwrap();
+//! // The child is the producer's layout: three values, no parent offset applied.
+//! assert_eq!(imported.children()[0].len(), 3);
+//! assert_eq!(imported.to_host().unwrap().as_ref(), &lists as &dyn Array);
+//! ```
 mod copy;
 mod device_array;
 mod export;

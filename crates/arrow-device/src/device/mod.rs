@@ -38,6 +38,7 @@
 
 pub mod cpu;
 pub mod emulated;
+pub mod host;
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -281,8 +282,10 @@ pub fn register(device: DeviceRef) {
 }
 
 /// Finds the implementation for a `(device_type, device_id)` pair: a
-/// registered one first, then the built-in CPU device (any id) and the
-/// emulated devices (`EXT_DEV`, ids 0 and up).
+/// registered one first, then the built-in CPU device (any id), the
+/// emulated devices (`EXT_DEV`, ids 0 and up), and read-only access to
+/// host-accessible memory types whose runtime is not loaded
+/// ([`host::HostAccessibleDevice`]).
 pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
     {
         let map = registry().read().unwrap_or_else(|e| e.into_inner());
@@ -295,7 +298,7 @@ pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
         DeviceType::EXT_DEV if device_id >= 0 => {
             emulated::EmulatedDevice::global(device_id).map(|d| d as DeviceRef)
         }
-        _ => None,
+        _ => host::HostAccessibleDevice::new(device_type, device_id).map(|d| Arc::new(d) as DeviceRef),
     }
 }
 

@@ -5,6 +5,18 @@
 //! value checks of `full`, on CPU-accessible memory only: device memory is
 //! never read on the host.
 
+//! ```
+//! use arrow_array::StringArray;
+//! use arrow_device::abi::raw;
+//! use arrow_device::{export_array, DeviceArray, ValidationLevel};
+//!
+//! let (mut array, schema) = export_array(&StringArray::from(vec!["ab", "c"])).unwrap();
+//! // Corrupt the length: the offsets buffer is now too short for it.
+//! raw::array_mut(&mut array.array).length = -4;
+//! let err = DeviceArray::try_new(array, schema, ValidationLevel::Minimal).unwrap_err();
+//! assert_eq!(err.to_string(), "array: length is -4, expected >= 0");
+//! ```
+
 mod full;
 pub(crate) use full::full;
 

@@ -1,0 +1,91 @@
+//! Import across device types: zero-copy for CPU-accessible memory, opaque
+//! handles for device types without an implementation.
+
+use arrow_array::{Array, Int32Array, StringArray};
+use arrow_device::abi::DeviceType;
+use arrow_device::{export_array, DeviceArray, Error, ValidationLevel};
+
+fn relabel(array: &dyn Array, device_type: DeviceType, device_id: i64) -> DeviceArray {
+    let (mut c_array, schema) = export_array(array).unwrap();
+    c_array.device_type = device_type;
+    c_array.device_id = device_id;
+    DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap()
+}
+
+#[test]
+fn cpu_import_is_zero_copy() {
+    let ints = Int32Array::from(vec![1, 2, 3, 4]);
+    let imported = relabel(&ints, DeviceType::CPU, -1);
+    let back = imported.to_host().unwrap();
+    let back = back.as_any().downcast_ref::<Int32Array>().unwrap();
+    assert_eq!(back.values().as_ptr(), ints.values().as_ptr());
+    assert_eq!(imported.buffers()[1].ptr, ints.values().as_ptr().cast());
+}
+
+#[test]
+fn pinned_and_managed_memory_import_zero_copy_without_a_runtime() {
+    for device_type in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED, DeviceType::ROCM_HOST] {
+        let strings = StringArray::from(vec![Some("x"), None, Some("yz")]);
+        let imported = relabel(&strings, device_type, 0);
+        assert_eq!(imported.device_type(), device_type);
+        assert_eq!(imported.buffers()[2].len, Some(3), "{device_type}: data size from the last offset");
+        let back = imported.to_host().unwrap();
+        assert_eq!(back.as_ref(), &strings as &dyn Array);
+        let back = back.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(back.values().as_ptr(), strings.values().as_ptr(), "{device_type}: zero-copy");
+    }
+}
+
+#[test]
+fn pinned_memory_with_an_event_needs_the_runtime() {
+    let ints = Int32Array::from(vec![1, 2]);
+    let (mut c_array, schema) = export_array(&ints).unwrap();
+    c_array.device_type = DeviceType::CUDA_HOST;
+    c_array.device_id = 0;
+    let mut fake_event = 0u64;
+    c_array.sync_event = (&mut fake_event as *mut u64).cast();
+    // Fixed-width data needs no reads at import; the event is honoured (and
+    // fails without CUDA) before the host touches the data.
+    let imported = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap();
+    let err = imported.to_host().unwrap_err();
+    assert!(matches!(err, Error::Device { .. }), "{err}");
+    assert!(err.to_string().contains("sync_event"), "{err}");
+}
+
+#[test]
+fn unknown_device_types_import_as_opaque_handles() {
+    let strings = StringArray::from(vec!["a", "bb", "ccc"]);
+    for (device_type, id) in [(DeviceType::OPENCL, 2), (DeviceType::from(17), 0), (DeviceType::METAL, 0)] {
+        let imported = relabel(&strings, device_type, id);
+        assert_eq!((imported.device_type(), imported.device_id()), (device_type, id));
+        assert!(imported.device().is_none());
+        assert_eq!(imported.len(), 3);
+        assert_eq!(imported.data_type(), strings.data_type());
+        let buffers = imported.buffers();
+        assert_eq!(buffers[1].len, Some(16), "offsets size follows from the length");
+        assert_eq!(buffers[2].len, None, "data size needs a device read");
+        let err = imported.to_host().unwrap_err();
+        assert!(err.to_string().contains("no device implementation"), "{err}");
+        let err = imported.to_device(&arrow_device::device::cpu()).unwrap_err();
+        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+    }
+}
+
+#[test]
+fn a_cpu_array_with_a_sync_event_is_rejected_when_read() {
+    let strings = StringArray::from(vec!["a"]);
+    let (mut c_array, schema) = export_array(&strings).unwrap();
+    let mut fake_event = 0u64;
+    c_array.sync_event = (&mut fake_event as *mut u64).cast();
+    let err = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap_err();
+    assert!(err.to_string().contains("sync_event"), "{err}");
+}
+
+#[test]
+fn slicing_out_of_bounds_is_an_error() {
+    let imported = relabel(&Int32Array::from(vec![1, 2, 3]), DeviceType::CPU, -1);
+    assert!(imported.slice(2, 2).is_err());
+    assert!(imported.slice(usize::MAX, 2).is_err());
+    let tail = imported.slice(1, 2).unwrap();
+    assert_eq!((tail.offset(), tail.len()), (1, 2));
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test of the project on a fresh machine (no GPU needed).
+# Installs what it needs: the Rust toolchain is the machine's; gcc compiles
+# the C interop tests through the `cc` crate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cc >/dev/null 2>&1; then
+    echo "installing a C compiler for the C interop tests" >&2
+    apt-get update -qq && apt-get install -y -qq gcc g++ >/dev/null
+fi
+
+# Library, CLI and C interop tests, plus every doctest.
+cargo test --workspace --locked
