@@ -89,3 +89,34 @@ fn slicing_out_of_bounds_is_an_error() {
     let tail = imported.slice(1, 2).unwrap();
     assert_eq!((tail.offset(), tail.len()), (1, 2));
 }
+
+#[test]
+fn sliced_arrays_copy_only_what_they_reference_and_round_trip_through_the_emulated_device() {
+    use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
+    use arrow_device::device::DeviceRef;
+    use std::time::Duration;
+    let device: DeviceRef = EmulatedDevice::new(40, EmulatedConfig { strict: true, delay: Duration::from_millis(1) });
+    arrow_device::device::register(device.clone());
+    let strings: StringArray = (0..1000).map(|i| if i % 7 == 0 { None } else { Some(format!("s{i}")) }).collect();
+    let (c_array, schema) = arrow_device::export_array_to(&strings, &device).unwrap();
+    assert_eq!((c_array.device_type, c_array.device_id), (DeviceType::EXT_DEV, 40));
+    assert!(!c_array.sync_event.is_null());
+    let imported = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap();
+    let slice = imported.slice(421, 17).unwrap();
+    let host = slice.to_host().unwrap();
+    assert_eq!(host.as_ref(), &strings.slice(421, 17) as &dyn Array);
+    // 421 % 8 == 5: a copy keeps the bitmap byte-aligned and takes only the
+    // validity and offsets of the referenced slots (plus the 5 before them).
+    let copied = slice.to_device(&(EmulatedDevice::new(42, EmulatedConfig::default()) as DeviceRef)).unwrap();
+    assert_eq!((copied.offset(), copied.len()), (5, 17));
+    let sizes: Vec<_> = copied.buffers().iter().map(|b| b.len.unwrap()).collect();
+    assert_eq!(sizes[..2], [(5 + 17usize).div_ceil(8), (5 + 17 + 1) * 4]);
+    assert_eq!(copied.to_host().unwrap().as_ref(), &strings.slice(421, 17) as &dyn Array);
+    let inner = slice.slice(3, 9).unwrap();
+    assert_eq!(inner.to_host().unwrap().as_ref(), &strings.slice(424, 9) as &dyn Array);
+    let on_emulated_1 = inner.to_device(&(EmulatedDevice::new(41, EmulatedConfig::default()) as DeviceRef));
+    assert!(on_emulated_1.is_ok());
+    let back_on_cpu = inner.to_device(&arrow_device::device::cpu()).unwrap();
+    assert_eq!(back_on_cpu.device_type(), DeviceType::CPU);
+    assert_eq!(back_on_cpu.to_host().unwrap().as_ref(), &strings.slice(424, 9) as &dyn Array);
+}

@@ -1,6 +1,7 @@
 //! Copies of whole array trees between the host and devices.
 //!
-//! Every copy of a tree makes one allocation on the destination (each buffer
+//! Every copy of a tree first narrows it to the referenced slots
+//! ([`Node::trimmed`]), then makes one allocation on the destination (each buffer
 //! at a 64-byte aligned offset), queues one copy per buffer on one stream and
 //! synchronizes once: with the host for copies to the host, through a recorded
 //! event for copies to a device (the event becomes the new array's
@@ -91,6 +92,7 @@ fn relocate(node: &Node, offsets: &[usize], base: *const u8) -> Node {
 /// Copies a tree of host-readable buffers onto `device`. `sources` keeps the
 /// host buffers alive until the copies have completed.
 pub(crate) fn host_to_device(node: &Node, sources: KeepAlive, device: &DeviceRef) -> Result<Copied> {
+    let node = &node.trimmed();
     let (offsets, total) = plan(node)?;
     let memory = device.allocate(total)?;
     let stream = device.create_stream()?;
@@ -127,6 +129,7 @@ pub(crate) fn device_to_device(
         return host_to_device(node, src_keep, dst);
     }
     if src.device_type() == dst.device_type() {
+        let node = &node.trimmed();
         let (offsets, total) = plan(node)?;
         let memory = dst.allocate(total)?;
         let stream = dst.create_stream()?;
@@ -186,6 +189,7 @@ fn finish_device_copy(
 /// Copies a tree on `src` to one host allocation, after waiting on the
 /// producer's `sync_event`; returns the relocated tree and the host memory.
 pub(crate) fn device_to_host(node: &Node, src: &DeviceRef, sync_event: *mut c_void) -> Result<(Node, Buffer)> {
+    let node = &node.trimmed();
     let (offsets, total) = plan(node)?;
     let mut host = MutableBuffer::from_len_zeroed(total);
     let base = host.as_mut_ptr();

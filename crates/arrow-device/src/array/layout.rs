@@ -151,8 +151,8 @@ mod tests {
             (DataType::ListView(item.clone()), 3),
             (DataType::FixedSizeList(item.clone(), 3), 1),
             (DataType::Struct(Fields::empty()), 1),
-            (DataType::Union(Default::default(), UnionMode::Sparse), 1),
-            (DataType::Union(Default::default(), UnionMode::Dense), 2),
+            (DataType::Union(arrow_schema::UnionFields::empty(), UnionMode::Sparse), 1),
+            (DataType::Union(arrow_schema::UnionFields::empty(), UnionMode::Dense), 2),
             (DataType::RunEndEncoded(item.clone(), item.clone()), 0),
             (DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)), 2),
         ];

@@ -18,7 +18,7 @@ use arrow_buffer::{Buffer, BooleanBufferBuilder, MutableBuffer, NullBuffer};
 use arrow_data::{ArrayData, ArrayDataBuilder};
 use arrow_schema::DataType;
 
-use crate::array::layout;
+use crate::array::layout::{self, BufferKind};
 use crate::error::Result;
 
 /// One buffer: where it starts and how many bytes of it the node uses.
@@ -106,6 +106,73 @@ impl Node {
             first_last: self.first_last,
             pending: Pending::None,
         }
+    }
+
+    /// The same tree with every per-slot buffer narrowed to the slots the
+    /// node references, so that copies move only those bytes.
+    ///
+    /// The new offset is `offset % 8`, keeping validity bitmaps byte-aligned.
+    /// Buffers addressed by values (string data, list children, view data,
+    /// dictionaries, run-end-encoded children) are kept whole: narrowing them
+    /// would need the data. Struct, sparse-union and fixed-size-list children
+    /// are indexed by the parent's slots and are narrowed with it.
+    pub(crate) fn trimmed(&self) -> Node {
+        if matches!(self.data_type, DataType::Null | DataType::RunEndEncoded(_, _)) {
+            return self.clone();
+        }
+        let new_offset = self.offset % 8;
+        let start = self.offset - new_offset;
+        let slots = new_offset + self.len;
+        let kinds = layout::buffer_kinds(&self.data_type);
+        let buffers = self
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match kinds.get(i) {
+                _ if b.ptr.is_null() => *b,
+                Some(kind @ (BufferKind::Validity | BufferKind::Bits)) => narrow(*b, start / 8, &self.data_type, *kind, slots),
+                Some(kind @ (BufferKind::Fixed(_) | BufferKind::TypeIds)) => {
+                    let width = layout::buffer_size(&self.data_type, *kind, 1).unwrap_or(0);
+                    narrow(*b, start * width, &self.data_type, *kind, slots)
+                }
+                Some(kind @ BufferKind::Offsets(width)) => narrow(*b, start * width, &self.data_type, *kind, slots),
+                // Data and variadic buffers are addressed by values.
+                _ => *b,
+            })
+            .collect();
+        let children = match &self.data_type {
+            DataType::Struct(_) | DataType::Union(_, arrow_schema::UnionMode::Sparse) => {
+                self.children.iter().map(|c| c.window(start, slots)).collect()
+            }
+            DataType::FixedSizeList(_, size) => {
+                let size = usize::try_from(*size).unwrap_or(0);
+                self.children.iter().map(|c| c.window(start * size, slots * size)).collect()
+            }
+            _ => self.children.clone(),
+        };
+        Node {
+            data_type: self.data_type.clone(),
+            len: self.len,
+            offset: new_offset,
+            null_count: self.null_count,
+            buffers,
+            children,
+            dictionary: self.dictionary.clone(),
+            first_last: None,
+            pending: Pending::None,
+        }
+    }
+
+    /// This node restricted to `len` slots from `skip`, then trimmed.
+    fn window(&self, skip: usize, len: usize) -> Node {
+        let mut node = self.clone();
+        node.offset += skip;
+        node.len = len.min(self.len.saturating_sub(skip));
+        if node.len != self.len {
+            // The count of the window is unknown without reading the bitmap.
+            node.null_count = if self.null_count == Some(0) { Some(0) } else { None };
+        }
+        node.trimmed()
     }
 
     /// Describes arrow-rs data without copying it. Validity bitmaps whose bit
@@ -253,4 +320,12 @@ fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
     let raw = RawBuf::of(&realigned);
     extra.push(realigned);
     raw
+}
+
+/// `buffer` starting `skip` bytes in, sized for `slots` slots of `kind`.
+fn narrow(buffer: RawBuf, skip: usize, data_type: &DataType, kind: BufferKind, slots: usize) -> RawBuf {
+    let len = layout::buffer_size(data_type, kind, slots).unwrap_or(buffer.len);
+    // Never claim more than the producer's buffer holds past `skip`.
+    let len = len.min(buffer.len.saturating_sub(skip));
+    RawBuf { ptr: buffer.ptr.wrapping_add(skip), len }
 }
