@@ -104,7 +104,7 @@ impl<'d> Importer<'d> {
         let is_view = layout::is_view(data_type);
         let n_buffers = array.n_buffers;
         let expected_buffers = kinds.len() as i64;
-        let buffer_count_ok = if is_view { n_buffers >= expected_buffers + 1 } else { n_buffers == expected_buffers };
+        let buffer_count_ok = if is_view { n_buffers > expected_buffers } else { n_buffers == expected_buffers };
         if !buffer_count_ok {
             let expected = if is_view {
                 format!("at least {} (validity, views, variadic sizes)", expected_buffers + 1)
