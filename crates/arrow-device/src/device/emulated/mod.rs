@@ -1,0 +1,464 @@
+//! The emulated asynchronous device (`EXT_DEV`): how the device paths of this
+//! crate are tested on machines without a GPU.
+//!
+//! It is built to catch the two mistakes a consumer of the C Device Data
+//! Interface can make, rather than to be fast:
+//!
+//! - **Touching device memory from the host.** In strict mode (the default)
+//!   a device pointer is a `PROT_NONE` mapping: dereferencing it on the host
+//!   crashes with SIGSEGV, as it would for GPU memory. Only the device's own
+//!   copy routines reach the bytes, through a read-write alias of the same
+//!   pages (one memfd mapped twice). Every device
+//!   pointer handed to a copy is checked against the registry of live
+//!   allocations; a foreign or out-of-range pointer is an error, not a crash.
+//! - **Reading before the producer's work is done.** Copies run on one worker
+//!   thread per stream, in order. With a `delay`, each copy waits that long
+//!   before running, and its destination holds poison bytes (`0xDB`) from the
+//!   moment it is queued until it has run, so a consumer that skips the
+//!   stream or `sync_event` wait reads poison, deterministically. Events are
+//!   real: a recorded event completes when its stream reaches it.
+//!
+//! If a code path passes on this device in strict, delayed mode, it honours
+//! the spec's memory and synchronization rules (DESIGN.md, "Testing without a
+//! GPU"). Configure the process-wide instances returned by
+//! [`EmulatedDevice::global`] (which [`crate::device::lookup`] uses for
+//! `EXT_DEV` arrays) with the environment variable `ARROW_DEVICE_EMULATED`,
+//! e.g. `strict=1,delay_ms=5`, or with [`EmulatedDevice::set_global_config`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use arrow_device::abi::DeviceType;
+//! use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
+//! use arrow_device::device::Device;
+//!
+//! let config = EmulatedConfig { strict: true, delay: Duration::from_millis(50) };
+//! let device = EmulatedDevice::new(0, config);
+//! assert_eq!(device.device_type(), DeviceType::EXT_DEV);
+//!
+//! let buf = device.allocate(4).unwrap();
+//! let stream = device.create_stream().unwrap();
+//! let mut back = [0u8; 4];
+//! // SAFETY: the host buffers are valid for 4 bytes and outlive the
+//! // synchronize below.
+//! unsafe {
+//!     device.copy_from_host([1u8, 2, 3, 4].as_ptr(), buf.as_ptr(), 4, &stream).unwrap();
+//!     device.copy_to_host(buf.as_ptr(), back.as_mut_ptr(), 4, &stream).unwrap();
+//! }
+//! // The copy out has been queued but not run: `back` holds poison until the
+//! // stream is synchronized (or an event recorded after the copy completes).
+//! assert_eq!(back, [0xDB; 4]);
+//! device.synchronize_stream(&stream).unwrap();
+//! assert_eq!(back, [1, 2, 3, 4]);
+//! ```
+
+mod event;
+mod memory;
+mod stream;
+#[cfg(all(test, target_os = "linux"))]
+mod tests;
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use self::event::EmulatedEvent;
+use self::stream::{EmulatedStream, Endpoint};
+use crate::abi::DeviceType;
+use crate::device::{Device, DeviceBuffer, Event, Stream};
+use crate::error::{Error, Result};
+
+/// How an emulated device behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmulatedConfig {
+    /// Device pointers are `PROT_NONE` (a host dereference crashes). Applies
+    /// to allocations made while it is set.
+    pub strict: bool,
+    /// Each queued copy waits this long before running, and its destination
+    /// holds poison (`0xDB`) until then. Zero: copies run as soon as their
+    /// stream reaches them, without poison. Applies to copies queued while it
+    /// is set.
+    pub delay: Duration,
+}
+
+impl Default for EmulatedConfig {
+    /// Strict, no delay.
+    fn default() -> Self {
+        EmulatedConfig {
+            strict: true,
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+impl EmulatedConfig {
+    /// The environment variable [`EmulatedConfig::from_env`] reads.
+    pub const ENV_VAR: &'static str = "ARROW_DEVICE_EMULATED";
+
+    /// The configuration in `ARROW_DEVICE_EMULATED` (see
+    /// [`EmulatedConfig::parse`]); the default when it is unset.
+    pub fn from_env() -> Self {
+        std::env::var(Self::ENV_VAR)
+            .map(|spec| Self::parse(&spec))
+            .unwrap_or_default()
+    }
+
+    /// Parses comma-separated `key=value` pairs: `strict=0|1` (also
+    /// `true/false`, `yes/no`, `on/off`), `delay_ms=N`, `delay_us=N`. Unknown
+    /// keys and unparsable values are ignored, leaving the default in place:
+    /// a typo in a CI variable must not abort the test run.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use arrow_device::device::emulated::EmulatedConfig;
+    ///
+    /// let config = EmulatedConfig::parse("strict=0, delay_ms=5, colour=blue");
+    /// assert_eq!(config, EmulatedConfig { strict: false, delay: Duration::from_millis(5) });
+    /// assert_eq!(EmulatedConfig::parse("strict=maybe"), EmulatedConfig::default());
+    /// ```
+    pub fn parse(spec: &str) -> Self {
+        let mut config = Self::default();
+        for pair in spec.split(',') {
+            let Some((key, value)) = pair.split_once('=') else {
+                continue;
+            };
+            let value = value.trim();
+            match key.trim().to_ascii_lowercase().as_str() {
+                "strict" => match value.to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => config.strict = true,
+                    "0" | "false" | "no" | "off" => config.strict = false,
+                    _ => {}
+                },
+                "delay_ms" => {
+                    if let Ok(ms) = value.parse() {
+                        config.delay = Duration::from_millis(ms);
+                    }
+                }
+                "delay_us" => {
+                    if let Ok(us) = value.parse() {
+                        config.delay = Duration::from_micros(us);
+                    }
+                }
+                _ => {}
+            }
+        }
+        config
+    }
+}
+
+/// An emulated asynchronous device, reported as `EXT_DEV` with its id.
+///
+/// Two instances with the same id are the same device to the copy API: each
+/// accepts the other's pointers, as [`crate::device::same_device`] suggests.
+pub struct EmulatedDevice {
+    id: i64,
+    strict: AtomicBool,
+    /// The delay in nanoseconds (saturated at `u64::MAX`).
+    delay_ns: AtomicU64,
+}
+
+/// The highest id [`EmulatedDevice::global`] serves.
+pub const MAX_GLOBAL_ID: i64 = 1023;
+
+/// The process-wide instances and the configuration new ones start with.
+struct Globals {
+    config: EmulatedConfig,
+    devices: BTreeMap<i64, Arc<EmulatedDevice>>,
+}
+
+impl Globals {
+    fn get(&mut self, id: i64) -> Option<Arc<EmulatedDevice>> {
+        if !(0..=MAX_GLOBAL_ID).contains(&id) {
+            return None;
+        }
+        let config = self.config;
+        Some(Arc::clone(
+            self.devices
+                .entry(id)
+                .or_insert_with(|| EmulatedDevice::new(id, config)),
+        ))
+    }
+
+    fn set_config(&mut self, config: EmulatedConfig) {
+        self.config = config;
+        for device in self.devices.values() {
+            device.set_config(config);
+        }
+    }
+}
+
+fn globals() -> std::sync::MutexGuard<'static, Globals> {
+    static GLOBALS: OnceLock<Mutex<Globals>> = OnceLock::new();
+    GLOBALS
+        .get_or_init(|| {
+            Mutex::new(Globals {
+                config: EmulatedConfig::from_env(),
+                devices: BTreeMap::new(),
+            })
+        })
+        .lock()
+        // Every update is a single insert or a loop of atomic stores; a panic
+        // cannot leave the map half-updated.
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+impl EmulatedDevice {
+    /// A private instance with this id and configuration.
+    pub fn new(id: i64, config: EmulatedConfig) -> Arc<EmulatedDevice> {
+        let device = EmulatedDevice {
+            id,
+            strict: AtomicBool::new(true),
+            delay_ns: AtomicU64::new(0),
+        };
+        device.set_config(config);
+        Arc::new(device)
+    }
+
+    /// The process-wide instance with this id (0 to [`MAX_GLOBAL_ID`]),
+    /// created on first use with the global configuration; `None` for other
+    /// ids.
+    pub fn global(id: i64) -> Option<Arc<EmulatedDevice>> {
+        globals().get(id)
+    }
+
+    /// Sets the configuration of the process-wide instances: those created
+    /// later and those that exist already. It starts as
+    /// [`EmulatedConfig::from_env`].
+    pub fn set_global_config(config: EmulatedConfig) {
+        globals().set_config(config);
+    }
+
+    /// The configuration of the process-wide instances.
+    pub fn global_config() -> EmulatedConfig {
+        globals().config
+    }
+
+    /// This instance's configuration.
+    pub fn config(&self) -> EmulatedConfig {
+        EmulatedConfig {
+            strict: self.strict.load(Ordering::Relaxed),
+            delay: Duration::from_nanos(self.delay_ns.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Changes this instance's configuration. Memory already allocated keeps
+    /// its mode; copies already queued keep their delay.
+    pub fn set_config(&self, config: EmulatedConfig) {
+        self.strict.store(config.strict, Ordering::Relaxed);
+        let delay_ns = u64::try_from(config.delay.as_nanos()).unwrap_or(u64::MAX);
+        self.delay_ns.store(delay_ns, Ordering::Relaxed);
+    }
+
+    fn error(&self, message: impl Into<String>) -> Error {
+        Error::device(DeviceType::EXT_DEV, self.id, message)
+    }
+
+    fn stream<'s>(&self, stream: &'s Stream, call: &str) -> Result<&'s EmulatedStream> {
+        stream.handle::<EmulatedStream>().ok_or_else(|| {
+            self.error(format!(
+                "{call}: the stream was not created by an emulated device"
+            ))
+        })
+    }
+
+    fn event_state(&self, sync_event: *mut c_void, call: &str) -> Result<Arc<event::EventState>> {
+        event::lookup(sync_event).ok_or_else(|| {
+            self.error(format!(
+                "{call}: sync_event {sync_event:p} is not a live emulated event \
+                 (expected the pointer of an Event from an emulated device's create_event)"
+            ))
+        })
+    }
+
+    /// Validates both ends under one registry lock and queues the copy.
+    ///
+    /// # Safety
+    /// Host ends valid for `len` bytes until the copy has run.
+    unsafe fn enqueue(
+        &self,
+        stream: &Stream,
+        call: &str,
+        src: impl FnOnce(&memory::Memory) -> Result<Endpoint>,
+        dst: impl FnOnce(&memory::Memory) -> Result<Endpoint>,
+        len: usize,
+    ) -> Result<()> {
+        let stream = self.stream(stream, call)?;
+        let memory = memory::lock();
+        let (src, dst) = (src(&memory)?, dst(&memory)?);
+        // SAFETY: device ends were validated under `memory`; host ends are
+        // valid per this function's contract.
+        unsafe { stream.enqueue_copy(&memory, src, dst, len, self.config().delay) }
+    }
+}
+
+impl fmt::Debug for EmulatedDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmulatedDevice")
+            .field("id", &self.id)
+            .field("config", &self.config())
+            .finish()
+    }
+}
+
+impl Device for EmulatedDevice {
+    fn device_type(&self) -> DeviceType {
+        DeviceType::EXT_DEV
+    }
+
+    fn device_id(&self) -> i64 {
+        self.id
+    }
+
+    fn is_cpu_accessible(&self) -> bool {
+        false
+    }
+
+    /// Host memory (anything that is not emulated device memory) is
+    /// host-readable: that is where the variadic-sizes buffer of view arrays
+    /// lives when Arrow C++ or this crate exports them.
+    fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
+        len == 0 || memory::lock().host_range(self.id, ptr as usize, len, "is_host_readable").is_ok()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn allocate(&self, len: usize) -> Result<DeviceBuffer> {
+        memory::allocate(self.id, len, self.strict.load(Ordering::Relaxed))
+    }
+
+    fn create_stream(&self) -> Result<Stream> {
+        Ok(Stream::new(Box::new(EmulatedStream::new(self.id)?)))
+    }
+
+    fn create_event(&self) -> Result<Event> {
+        let event = EmulatedEvent::new();
+        let sync_event = event.sync_event();
+        Ok(Event::new(Box::new(event), sync_event))
+    }
+
+    fn record_event(&self, event: &Event, stream: &Stream) -> Result<()> {
+        let stream = self.stream(stream, "record_event")?;
+        let event = event.handle::<EmulatedEvent>().ok_or_else(|| {
+            self.error("record_event: the event was not created by an emulated device")
+        })?;
+        let state = Arc::clone(event.state());
+        let generation = state.record();
+        stream.enqueue_record(state, generation)
+    }
+
+    fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
+        self.stream(stream, "synchronize_stream")?.synchronize()
+    }
+
+    unsafe fn stream_wait_sync_event(
+        &self,
+        stream: &Stream,
+        sync_event: *mut c_void,
+    ) -> Result<()> {
+        let stream = self.stream(stream, "stream_wait_sync_event")?;
+        if sync_event.is_null() {
+            return Ok(());
+        }
+        let state = self.event_state(sync_event, "stream_wait_sync_event")?;
+        match state.latest() {
+            // Never recorded: complete, nothing to wait for.
+            0 => Ok(()),
+            generation => stream.enqueue_wait(state, generation),
+        }
+    }
+
+    unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()> {
+        if sync_event.is_null() {
+            return Ok(());
+        }
+        let state = self.event_state(sync_event, "synchronize_sync_event")?;
+        state.wait(state.latest());
+        Ok(())
+    }
+
+    unsafe fn copy_from_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let what = "copy_from_host";
+        let src_end = |m: &memory::Memory| {
+            m.host_range(self.id, src as usize, len, &format!("{what}: source"))
+                .map(|()| Endpoint::Host(src as usize))
+        };
+        let dst_end = |m: &memory::Memory| {
+            m.device_range(self.id, dst as usize, len, &format!("{what}: destination"))
+                .map(Endpoint::Device)
+        };
+        // SAFETY: the caller guarantees `src` is readable for `len` bytes until
+        // the copy has run.
+        unsafe { self.enqueue(stream, what, src_end, dst_end, len) }
+    }
+
+    unsafe fn copy_to_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let what = "copy_to_host";
+        let src_end = |m: &memory::Memory| {
+            m.device_range(self.id, src as usize, len, &format!("{what}: source"))
+                .map(Endpoint::Device)
+        };
+        let dst_end = |m: &memory::Memory| {
+            m.host_range(self.id, dst as usize, len, &format!("{what}: destination"))
+                .map(|()| Endpoint::Host(dst as usize))
+        };
+        // SAFETY: the caller guarantees `dst` is writable for `len` bytes until
+        // the copy has run.
+        unsafe { self.enqueue(stream, what, src_end, dst_end, len) }
+    }
+
+    unsafe fn copy_device_to_device(
+        &self,
+        src_device: &dyn Device,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let Some(src_device) = src_device.as_any().downcast_ref::<EmulatedDevice>() else {
+            return Err(Error::NotSupported(format!(
+                "emulated device {} cannot read {} (id {}) memory directly; stage the copy through the host",
+                self.id,
+                src_device.device_type(),
+                src_device.device_id()
+            )));
+        };
+        let what = "copy_device_to_device";
+        let src_end = |m: &memory::Memory| {
+            m.device_range(src_device.id, src as usize, len, &format!("{what}: source"))
+                .map(Endpoint::Device)
+        };
+        let dst_end = |m: &memory::Memory| {
+            m.device_range(self.id, dst as usize, len, &format!("{what}: destination"))
+                .map(Endpoint::Device)
+        };
+        // SAFETY: both ends are device memory, validated when queued and
+        // re-resolved under the registry lock when the copy runs.
+        unsafe { self.enqueue(stream, what, src_end, dst_end, len) }
+    }
+}
