@@ -106,7 +106,7 @@ impl DeviceArray {
         if array.is_released() {
             return Err(Error::invalid(&Path::root(), "array struct was released (release is NULL)"));
         }
-        let field = Arc::new(Field::try_from(&schema)?); // SCHEMA-SWITCH
+        let field = Arc::new(crate::schema::import_field(&schema)?);
         drop(schema);
         let device = device::lookup(array.device_type, array.device_id);
         let device_type = array.device_type;
