@@ -108,6 +108,14 @@ impl DeviceArray {
         }
         let field = Arc::new(crate::schema::import_field(&schema)?);
         drop(schema);
+        if array.device_type == DeviceType::CPU && !array.sync_event.is_null() {
+            // Spec, "Synchronization event types": N/A for the CPU, so the
+            // event cannot be honoured; reading anyway could race the producer.
+            return Err(Error::invalid(
+                &Path::root(),
+                "sync_event is non-NULL, but CPU arrays have no event type (expected NULL)",
+            ));
+        }
         let device = device::lookup(array.device_type, array.device_id);
         let device_type = array.device_type;
         let device_id = array.device_id;

@@ -159,7 +159,12 @@ impl<'d> Importer<'d> {
             let size = match kind {
                 BufferKind::Data => 0, // resolved from the last offset
                 _ => layout::buffer_size(data_type, *kind, slots)
-                    .ok_or_else(|| Error::invalid(&buffer_path, "buffer size overflows"))?,
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            &buffer_path,
+                            format!("size for {slots} slots (offset {offset} + length {len}) overflows"),
+                        )
+                    })?,
             };
             match kind {
                 BufferKind::Validity => {
@@ -191,7 +196,7 @@ impl<'d> Importer<'d> {
                     if ptr.is_null() && size > 0 {
                         return Err(Error::invalid(
                             &buffer_path,
-                            format!("{} buffer is NULL, expected {size} bytes", layout::buffer_name(*kind)),
+                            format!("{} buffer is NULL, expected {size} bytes", layout::buffer_name(data_type, i)),
                         ));
                     }
                 }
@@ -375,7 +380,9 @@ fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
                 ));
             }
             if run_ends.null_count.is_some_and(|n| n > 0) {
-                return Err(Error::invalid(&path.child(0, None), "run ends must not contain nulls"));
+                let names = child_types(&node.data_type);
+                let p = path.child(0, names.first().map(|(n, _)| *n));
+                return Err(Error::invalid(&p, "run ends must not contain nulls"));
             }
             if slots > 0 && run_ends.len == 0 {
                 return Err(Error::invalid(path, format!("run_ends is empty but the array covers {slots} slots")));
@@ -396,7 +403,9 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
             if first < 0 || last < 0 {
                 return Err(Error::invalid(&offsets_path, format!("offsets are negative (first {first}, last {last})")));
             }
-            if last < first && level >= ValidationLevel::Minimal {
+            // Checked at every level: arrow-rs slices data by these offsets
+            // without checks, so accepting them would not be memory-safe.
+            if last < first {
                 return Err(Error::invalid(&offsets_path, format!("offsets decrease: first offset {first} > last offset {last}")));
             }
             node.first_last = Some((first, last));
@@ -412,8 +421,9 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                 _ => {
                     let child = &node.children[0];
                     if child.len < last && level >= ValidationLevel::Default {
+                        let names = child_types(&node.data_type);
                         return Err(Error::invalid(
-                            &path.child(0, None),
+                            &path.child(0, names.first().map(|(n, _)| *n)),
                             format!("child has length {}, expected at least {last} (the last offset)", child.len),
                         ));
                     }
@@ -437,8 +447,9 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
         Pending::LastRunEnd { read } => {
             let last = values[read];
             if last < node.slots() as i64 {
+                let names = child_types(&node.data_type);
                 return Err(Error::invalid(
-                    &path.child(0, None),
+                    &path.child(0, names.first().map(|(n, _)| *n)),
                     format!("last run end is {last}, expected at least {} (offset + length)", node.slots()),
                 ));
             }

@@ -119,8 +119,18 @@ pub(crate) fn buffer_size(data_type: &DataType, kind: BufferKind, slots: usize) 
     }
 }
 
-/// A short name for a buffer, used in error messages.
-pub(crate) fn buffer_name(kind: BufferKind) -> &'static str {
+/// A short name for buffer `index` of `data_type`, used in error messages.
+pub(crate) fn buffer_name(data_type: &DataType, index: usize) -> &'static str {
+    let Some(kind) = buffer_kinds(data_type).get(index) else { return "variadic data" };
+    match (data_type, index) {
+        (DataType::Union(_, UnionMode::Dense), 1) | (DataType::ListView(_) | DataType::LargeListView(_), 1) => {
+            return "offsets"
+        }
+        (DataType::ListView(_) | DataType::LargeListView(_), 2) => return "sizes",
+        (DataType::Utf8View | DataType::BinaryView, 1) => return "views",
+        (DataType::Dictionary(_, _), 1) => return "indices",
+        _ => {}
+    }
     match kind {
         BufferKind::Validity => "validity",
         BufferKind::Bits => "values (bits)",

@@ -12,6 +12,9 @@ use crate::error::{Error, Path, Result};
 /// counts, one node at a time; union type ids are checked here since
 /// arrow-rs does not check them all.
 pub(crate) fn full(data: &ArrayData, path: &Path<'_>) -> Result<()> {
+    // Before arrow-rs' own check, which reports a non-nullable child with
+    // nulls without saying which child.
+    check_non_nullable_children(data, path)?;
     data.validate_data().map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
     if let DataType::Union(fields, _) = data.data_type() {
         let ids = &data.buffers()[0].as_slice()[data.offset()..data.offset() + data.len()];
@@ -36,6 +39,45 @@ pub(crate) fn full(data: &ArrayData, path: &Path<'_>) -> Result<()> {
             for (i, child) in data.child_data().iter().enumerate() {
                 full(child, &path.child(i, None))?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// A non-nullable child of a struct or fixed-size list may not be null where
+/// its parent slot is valid.
+fn check_non_nullable_children(data: &ArrayData, path: &Path<'_>) -> Result<()> {
+    match data.data_type() {
+        DataType::Struct(fields) => {
+            for (i, (field, child)) in fields.iter().zip(data.child_data()).enumerate() {
+                if !field.is_nullable() && child.len() >= data.offset() + data.len() {
+                    let child = child.slice(data.offset(), data.len());
+                    check_nulls(&child, data.nulls(), 1, &path.field(i, Some(field.name())))?;
+                }
+            }
+        }
+        DataType::FixedSizeList(field, size) if !field.is_nullable() => {
+            let size = usize::try_from(*size).unwrap_or(0);
+            if let Some(child) = data.child_data().first() {
+                if size > 0 && child.len() >= (data.offset() + data.len()) * size {
+                    let child = child.slice(data.offset() * size, data.len() * size);
+                    check_nulls(&child, data.nulls(), size, &path.child(0, Some(field.name())))?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_nulls(child: &ArrayData, parent: Option<&arrow_buffer::NullBuffer>, repeat: usize, path: &Path<'_>) -> Result<()> {
+    let Some(nulls) = child.nulls() else { return Ok(()) };
+    for slot in 0..child.len() {
+        if nulls.is_null(slot) && parent.is_none_or(|p| p.is_valid(slot / repeat)) {
+            return Err(Error::invalid(
+                path,
+                format!("non-nullable field has a null at slot {slot}, where its parent slot is valid"),
+            ));
         }
     }
     Ok(())

@@ -23,11 +23,13 @@ pub(crate) use full::full;
 /// How much an importer checks before using a foreign array, as in nanoarrow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum ValidationLevel {
-    /// Only what keeps this library memory-safe while reading the structs
-    /// (struct counts, pointers it must follow).
+    /// Only what keeps this library memory-safe: struct counts, pointers it
+    /// must follow, non-negative lengths, buffer sizes and their offsets.
     None,
-    /// Metadata only: lengths, offsets, null counts, buffer presence, child
-    /// and dictionary shape. Never reads a data buffer.
+    /// Metadata: lengths, offsets, null counts, buffer presence, child and
+    /// dictionary shape. Reads only the O(1) values that buffer sizes depend
+    /// on (first/last offset of string and binary arrays, view variadic
+    /// sizes), which every level reads and checks for consistency.
     Minimal,
     /// Minimal plus O(1) reads of data: first/last offsets, view variadic sizes.
     #[default]

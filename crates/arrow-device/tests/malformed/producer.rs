@@ -1,0 +1,485 @@
+//! A hand-written producer of `ArrowArray` / `ArrowSchema` trees, as a C
+//! library would write them, so that any field can be set to any value.
+//!
+//! A tree is described declaratively ([`ArrayNode`], [`SchemaNode`]) and
+//! built into the C structs by [`Case::build`]. Everything a tree points to
+//! (buffer bytes, buffer-pointer arrays, child-pointer arrays, child structs,
+//! strings) is owned by one boxed `private_data` of the root. The root's
+//! release callback releases the children it still owns (spec: "Release
+//! callback semantics -- for producers"), frees everything and counts the
+//! call in a shared [`Counters`], so a test can assert that each root was
+//! released exactly once, and valgrind / ASan see no leak.
+//!
+//! Defects that cannot be described declaratively (NULL pointer arrays,
+//! released children, cycles) are written into the built structs through
+//! [`root_array`], [`child_array`] and friends.
+
+use std::ffi::{c_char, c_void, CString};
+use std::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arrow_device::abi::{raw, ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
+
+/// How many times the root array and root schema were released.
+#[derive(Debug, Default)]
+pub struct Counters {
+    array: AtomicUsize,
+    schema: AtomicUsize,
+}
+
+impl Counters {
+    /// `(array releases, schema releases)`.
+    pub fn get(&self) -> (usize, usize) {
+        (
+            self.array.load(Ordering::SeqCst),
+            self.schema.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// One node of an array tree.
+#[derive(Debug, Clone)]
+pub struct ArrayNode {
+    pub length: i64,
+    pub null_count: i64,
+    pub offset: i64,
+    /// In C order; `None` is a NULL buffer pointer. `n_buffers` is the length.
+    pub buffers: Vec<Option<Vec<u8>>>,
+    pub children: Vec<ArrayNode>,
+    pub dictionary: Option<Box<ArrayNode>>,
+}
+
+impl ArrayNode {
+    pub fn new(length: i64, null_count: i64, buffers: Vec<Option<Vec<u8>>>) -> Self {
+        ArrayNode {
+            length,
+            null_count,
+            offset: 0,
+            buffers,
+            children: Vec::new(),
+            dictionary: None,
+        }
+    }
+
+    pub fn with_children(mut self, children: Vec<ArrayNode>) -> Self {
+        self.children = children;
+        self
+    }
+
+    pub fn with_dictionary(mut self, dictionary: ArrayNode) -> Self {
+        self.dictionary = Some(Box::new(dictionary));
+        self
+    }
+}
+
+/// One node of a schema tree.
+#[derive(Debug, Clone)]
+pub struct SchemaNode {
+    /// Without the NUL; `None` is a NULL format pointer.
+    pub format: Option<Vec<u8>>,
+    pub name: Option<String>,
+    pub flags: i64,
+    pub children: Vec<SchemaNode>,
+    pub dictionary: Option<Box<SchemaNode>>,
+}
+
+/// `ARROW_FLAG_NULLABLE`.
+pub const NULLABLE: i64 = 2;
+
+impl SchemaNode {
+    /// A nullable field.
+    pub fn new(format: &str, name: &str) -> Self {
+        SchemaNode {
+            format: Some(format.as_bytes().to_vec()),
+            name: Some(name.to_string()),
+            flags: NULLABLE,
+            children: Vec::new(),
+            dictionary: None,
+        }
+    }
+
+    pub fn non_nullable(mut self) -> Self {
+        self.flags &= !NULLABLE;
+        self
+    }
+
+    pub fn with_children(mut self, children: Vec<SchemaNode>) -> Self {
+        self.children = children;
+        self
+    }
+
+    pub fn with_dictionary(mut self, dictionary: SchemaNode) -> Self {
+        self.dictionary = Some(Box::new(dictionary));
+        self
+    }
+}
+
+/// A valid (or deliberately broken) pair of trees.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub array: ArrayNode,
+    pub schema: SchemaNode,
+}
+
+/// The built structs, ready to be handed to the importer, and their counters.
+pub struct Built {
+    pub array: ArrowDeviceArray,
+    pub schema: FFI_ArrowSchema,
+    pub counters: Arc<Counters>,
+}
+
+impl Case {
+    pub fn new(array: ArrayNode, schema: SchemaNode) -> Self {
+        Case { array, schema }
+    }
+
+    /// Builds the C structs of a CPU array.
+    pub fn build(&self) -> Built {
+        let counters = Arc::new(Counters::default());
+        Built {
+            array: build_array(&self.array, counters.clone()),
+            schema: build_schema(&self.schema, counters.clone()),
+            counters,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- buffers
+
+/// Little-endian bytes of fixed-width values.
+pub fn i8s(values: &[i8]) -> Option<Vec<u8>> {
+    Some(values.iter().map(|v| *v as u8).collect())
+}
+
+pub fn i32s(values: &[i32]) -> Option<Vec<u8>> {
+    Some(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+}
+
+pub fn i64s(values: &[i64]) -> Option<Vec<u8>> {
+    Some(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+}
+
+pub fn bytes(values: &[u8]) -> Option<Vec<u8>> {
+    Some(values.to_vec())
+}
+
+/// A validity bitmap, bit `i` set when `valid[i]`.
+pub fn bitmap(valid: &[bool]) -> Option<Vec<u8>> {
+    let mut bits = vec![0u8; valid.len().div_ceil(8).max(1)];
+    for (i, v) in valid.iter().enumerate() {
+        if *v {
+            bits[i / 8] |= 1 << (i % 8);
+        }
+    }
+    Some(bits)
+}
+
+/// A 16-byte string view: inline when at most 12 bytes, else a reference
+/// to `buffer_index` at `offset`.
+pub fn view(data: &[u8], buffer_index: i32, offset: i32) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(&(data.len() as i32).to_le_bytes());
+    if data.len() <= 12 {
+        v[4..4 + data.len()].copy_from_slice(data);
+    } else {
+        v[4..8].copy_from_slice(&data[..4]);
+        v[8..12].copy_from_slice(&buffer_index.to_le_bytes());
+        v[12..16].copy_from_slice(&offset.to_le_bytes());
+    }
+    v
+}
+
+// ---------------------------------------------------------------- arrays
+
+/// Everything an array tree points to, owned by the root.
+struct ArrayPrivate {
+    counters: Arc<Counters>,
+    /// Buffer bytes, in 8-byte words so that every buffer is aligned.
+    data: Vec<Vec<u64>>,
+    buffer_ptrs: Vec<Vec<*const c_void>>,
+    child_ptrs: Vec<Vec<*mut raw::ArrowArray>>,
+    /// Every non-root struct (children and dictionaries), from Box::into_raw.
+    nodes: Vec<*mut raw::ArrowArray>,
+}
+
+impl Drop for ArrayPrivate {
+    fn drop(&mut self) {
+        for node in self.nodes.drain(..) {
+            // SAFETY: each pointer came from Box::into_raw and is freed once.
+            drop(unsafe { Box::from_raw(node) });
+        }
+    }
+}
+
+fn build_array(node: &ArrayNode, counters: Arc<Counters>) -> ArrowDeviceArray {
+    let mut private = Box::new(ArrayPrivate {
+        counters,
+        data: Vec::new(),
+        buffer_ptrs: Vec::new(),
+        child_ptrs: Vec::new(),
+        nodes: Vec::new(),
+    });
+    let mut root = array_struct(node, &mut private);
+    root.release = Some(release_array);
+    root.private_data = Box::into_raw(private).cast();
+    let mut array = FFI_ArrowArray::empty();
+    *raw::array_mut(&mut array) = root;
+    ArrowDeviceArray {
+        array,
+        device_id: -1,
+        device_type: DeviceType::CPU,
+        sync_event: null_mut(),
+        reserved: [0; 3],
+    }
+}
+
+/// The struct of `node`; children and dictionary are allocated into `owner`.
+fn array_struct(node: &ArrayNode, owner: &mut ArrayPrivate) -> raw::ArrowArray {
+    let mut buffer_ptrs: Vec<*const c_void> = Vec::with_capacity(node.buffers.len());
+    for buffer in &node.buffers {
+        buffer_ptrs.push(match buffer {
+            None => null(),
+            Some(bytes) => {
+                // At least one word, so that an empty buffer is a real allocation.
+                let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
+                // SAFETY: `words` has at least `bytes.len()` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        words.as_mut_ptr().cast::<u8>(),
+                        bytes.len(),
+                    )
+                };
+                let ptr = words.as_ptr().cast::<c_void>();
+                owner.data.push(words);
+                ptr
+            }
+        });
+    }
+    let mut child_ptrs: Vec<*mut raw::ArrowArray> = Vec::with_capacity(node.children.len());
+    for child in &node.children {
+        child_ptrs.push(owned_array_node(child, owner));
+    }
+    let dictionary = match &node.dictionary {
+        Some(dictionary) => owned_array_node(dictionary, owner),
+        None => null_mut(),
+    };
+    let buffers = if buffer_ptrs.is_empty() {
+        null_mut()
+    } else {
+        buffer_ptrs.as_mut_ptr()
+    };
+    let children = if child_ptrs.is_empty() {
+        null_mut()
+    } else {
+        child_ptrs.as_mut_ptr()
+    };
+    owner.buffer_ptrs.push(buffer_ptrs);
+    owner.child_ptrs.push(child_ptrs);
+    raw::ArrowArray {
+        length: node.length,
+        null_count: node.null_count,
+        offset: node.offset,
+        n_buffers: node.buffers.len() as i64,
+        n_children: node.children.len() as i64,
+        buffers,
+        children,
+        dictionary,
+        release: None,
+        private_data: null_mut(),
+    }
+}
+
+fn owned_array_node(node: &ArrayNode, owner: &mut ArrayPrivate) -> *mut raw::ArrowArray {
+    let mut child = array_struct(node, owner);
+    child.release = Some(release_array_child);
+    let ptr = Box::into_raw(Box::new(child));
+    owner.nodes.push(ptr);
+    ptr
+}
+
+/// A child's memory belongs to the root: releasing it only marks it released.
+unsafe extern "C" fn release_array_child(array: *mut raw::ArrowArray) {
+    // SAFETY: called by the root's release (or a consumer) on a live child.
+    unsafe { (*array).release = None };
+}
+
+unsafe extern "C" fn release_array(array: *mut raw::ArrowArray) {
+    // SAFETY: the importer calls release on the root it was handed, whose
+    // private_data is the ArrayPrivate set by build_array.
+    let array = unsafe { &mut *array };
+    // SAFETY: private_data came from Box::into_raw in build_array; release
+    // runs once, so it is reclaimed once.
+    let private = unsafe { Box::from_raw(array.private_data.cast::<ArrayPrivate>()) };
+    for &child in &private.nodes {
+        // SAFETY: every owned node is still allocated (freed when `private`
+        // drops below); the spec has the parent release unreleased children.
+        unsafe {
+            if let Some(release) = (*child).release {
+                release(child);
+            }
+        }
+    }
+    private.counters.array.fetch_add(1, Ordering::SeqCst);
+    array.release = None;
+    array.private_data = null_mut();
+    drop(private);
+}
+
+// ---------------------------------------------------------------- schemas
+
+struct SchemaPrivate {
+    counters: Arc<Counters>,
+    strings: Vec<CString>,
+    child_ptrs: Vec<Vec<*mut raw::ArrowSchema>>,
+    nodes: Vec<*mut raw::ArrowSchema>,
+}
+
+impl Drop for SchemaPrivate {
+    fn drop(&mut self) {
+        for node in self.nodes.drain(..) {
+            // SAFETY: each pointer came from Box::into_raw and is freed once.
+            drop(unsafe { Box::from_raw(node) });
+        }
+    }
+}
+
+fn build_schema(node: &SchemaNode, counters: Arc<Counters>) -> FFI_ArrowSchema {
+    let mut private = Box::new(SchemaPrivate {
+        counters,
+        strings: Vec::new(),
+        child_ptrs: Vec::new(),
+        nodes: Vec::new(),
+    });
+    let mut root = schema_struct(node, &mut private);
+    root.release = Some(release_schema);
+    root.private_data = Box::into_raw(private).cast();
+    let mut schema = FFI_ArrowSchema::empty();
+    *raw::schema_mut(&mut schema) = root;
+    schema
+}
+
+fn c_string(bytes: &[u8], owner: &mut SchemaPrivate) -> *const c_char {
+    let s = CString::new(bytes.to_vec()).expect("test strings have no interior NUL");
+    let ptr = s.as_ptr();
+    owner.strings.push(s);
+    ptr
+}
+
+fn schema_struct(node: &SchemaNode, owner: &mut SchemaPrivate) -> raw::ArrowSchema {
+    let format = match &node.format {
+        Some(format) => c_string(format, owner),
+        None => null(),
+    };
+    let name = match &node.name {
+        Some(name) => c_string(name.as_bytes(), owner),
+        None => null(),
+    };
+    let mut child_ptrs: Vec<*mut raw::ArrowSchema> = Vec::with_capacity(node.children.len());
+    for child in &node.children {
+        child_ptrs.push(owned_schema_node(child, owner));
+    }
+    let dictionary = match &node.dictionary {
+        Some(dictionary) => owned_schema_node(dictionary, owner),
+        None => null_mut(),
+    };
+    let children = if child_ptrs.is_empty() {
+        null_mut()
+    } else {
+        child_ptrs.as_mut_ptr()
+    };
+    owner.child_ptrs.push(child_ptrs);
+    raw::ArrowSchema {
+        format,
+        name,
+        metadata: null(),
+        flags: node.flags,
+        n_children: node.children.len() as i64,
+        children,
+        dictionary,
+        release: None,
+        private_data: null_mut(),
+    }
+}
+
+fn owned_schema_node(node: &SchemaNode, owner: &mut SchemaPrivate) -> *mut raw::ArrowSchema {
+    let mut child = schema_struct(node, owner);
+    child.release = Some(release_schema_child);
+    let ptr = Box::into_raw(Box::new(child));
+    owner.nodes.push(ptr);
+    ptr
+}
+
+unsafe extern "C" fn release_schema_child(schema: *mut raw::ArrowSchema) {
+    // SAFETY: called by the root's release (or a consumer) on a live child.
+    unsafe { (*schema).release = None };
+}
+
+unsafe extern "C" fn release_schema(schema: *mut raw::ArrowSchema) {
+    // SAFETY: as for release_array.
+    let schema = unsafe { &mut *schema };
+    // SAFETY: private_data came from Box::into_raw in build_schema.
+    let private = unsafe { Box::from_raw(schema.private_data.cast::<SchemaPrivate>()) };
+    for &child in &private.nodes {
+        // SAFETY: as in release_array.
+        unsafe {
+            if let Some(release) = (*child).release {
+                release(child);
+            }
+        }
+    }
+    private.counters.schema.fetch_add(1, Ordering::SeqCst);
+    schema.release = None;
+    schema.private_data = null_mut();
+    drop(private);
+}
+
+// ---------------------------------------------------------------- editing built structs
+
+/// The root array struct, field by field.
+pub fn root_array(array: &mut ArrowDeviceArray) -> &mut raw::ArrowArray {
+    raw::array_mut(&mut array.array)
+}
+
+/// The root schema struct, field by field.
+pub fn root_schema(schema: &mut FFI_ArrowSchema) -> &mut raw::ArrowSchema {
+    raw::schema_mut(schema)
+}
+
+/// Child `index` of a built array node (owned by the root's private data).
+pub fn child_array(parent: &mut raw::ArrowArray, index: usize) -> &mut raw::ArrowArray {
+    assert!((index as i64) < parent.n_children && !parent.children.is_null());
+    // SAFETY: a built node's children array has n_children live pointers to
+    // structs owned by the root, which outlives this borrow in the tests.
+    unsafe { &mut **parent.children.add(index) }
+}
+
+/// Child `index` of a built schema node.
+pub fn child_schema(parent: &mut raw::ArrowSchema, index: usize) -> &mut raw::ArrowSchema {
+    assert!((index as i64) < parent.n_children && !parent.children.is_null());
+    // SAFETY: as for child_array.
+    unsafe { &mut **parent.children.add(index) }
+}
+
+/// Sets child pointer `index` of a built array node.
+pub fn set_child_array_ptr(
+    parent: &mut raw::ArrowArray,
+    index: usize,
+    child: *mut raw::ArrowArray,
+) {
+    assert!((index as i64) < parent.n_children && !parent.children.is_null());
+    // SAFETY: in bounds of the children array, which the root owns.
+    unsafe { *parent.children.add(index) = child };
+}
+
+/// Sets child pointer `index` of a built schema node.
+pub fn set_child_schema_ptr(
+    parent: &mut raw::ArrowSchema,
+    index: usize,
+    child: *mut raw::ArrowSchema,
+) {
+    assert!((index as i64) < parent.n_children && !parent.children.is_null());
+    // SAFETY: as for set_child_array_ptr.
+    unsafe { *parent.children.add(index) = child };
+}

@@ -1,0 +1,304 @@
+//! Defects in the `ArrowArray` structs themselves: counts, lengths, offsets,
+//! NULL pointers, children, dictionaries, released structs, depth and cycles.
+//! None of these needs a data buffer to be read, so each is caught at
+//! `Minimal` (most of them at every level; see `levels.rs`).
+
+use super::cases;
+use super::producer::*;
+use super::{expect_invalid, DEFAULT, FULL, MINIMAL};
+
+// ------------------------------------------------------------ buffers
+
+#[test]
+fn too_many_buffers_are_rejected() {
+    let mut case = cases::int32();
+    case.array.buffers.push(i32s(&[0, 0, 0]));
+    expect_invalid(case.build(), FULL, "array", "n_buffers is 3");
+}
+
+#[test]
+fn too_few_buffers_are_rejected() {
+    let mut case = cases::int32();
+    case.array.buffers.pop();
+    expect_invalid(case.build(), FULL, "array", "n_buffers is 1");
+}
+
+#[test]
+fn a_null_buffers_array_with_buffers_is_rejected() {
+    let mut built = cases::int32().build();
+    root_array(&mut built.array).buffers = std::ptr::null_mut();
+    expect_invalid(built, FULL, "array", "buffers is NULL");
+}
+
+#[test]
+fn a_null_values_buffer_is_rejected() {
+    let mut case = cases::int32();
+    case.array.buffers[1] = None;
+    expect_invalid(case.build(), FULL, "buffer 1", "NULL");
+}
+
+#[test]
+fn null_offsets_with_a_non_zero_length_are_rejected() {
+    let mut case = cases::utf8();
+    case.array.buffers[1] = None;
+    expect_invalid(case.build(), FULL, "buffer 1", "offsets buffer is NULL");
+}
+
+#[test]
+fn a_null_data_buffer_with_a_positive_last_offset_is_rejected() {
+    let mut case = cases::utf8();
+    case.array.buffers[2] = None;
+    expect_invalid(case.build(), FULL, "buffer 2", "data buffer is NULL");
+}
+
+#[test]
+fn a_null_validity_buffer_with_nulls_is_rejected() {
+    let mut case = cases::int32();
+    case.array.buffers[0] = None;
+    expect_invalid(case.build(), FULL, "buffer 0", "validity");
+}
+
+#[test]
+fn a_null_dense_union_offsets_buffer_is_rejected() {
+    let mut case = cases::dense_union();
+    case.array.buffers[1] = None;
+    expect_invalid(case.build(), FULL, "buffer 1", "NULL");
+}
+
+#[test]
+fn a_sparse_union_with_a_validity_buffer_is_rejected() {
+    // Pre-1.0 unions had a validity bitmap; the C interface has none.
+    let mut case = cases::sparse_union();
+    case.array.buffers.insert(0, None);
+    expect_invalid(case.build(), FULL, "array", "n_buffers is 2");
+}
+
+#[test]
+fn a_run_end_encoded_array_with_buffers_is_rejected() {
+    let mut case = cases::run_end_encoded();
+    case.array.buffers.push(None);
+    expect_invalid(case.build(), FULL, "array", "n_buffers is 1");
+}
+
+// ------------------------------------------------------------ lengths and counts
+
+#[test]
+fn a_negative_length_is_rejected() {
+    let mut case = cases::int32();
+    case.array.length = -1;
+    expect_invalid(case.build(), FULL, "array", "length is -1");
+}
+
+#[test]
+fn a_negative_offset_is_rejected() {
+    let mut case = cases::int32();
+    case.array.offset = -1;
+    expect_invalid(case.build(), FULL, "array", "offset is -1");
+}
+
+#[test]
+fn an_offset_whose_buffer_size_overflows_is_rejected() {
+    let mut case = cases::int32();
+    // offset + length fits a 64-bit usize; the values buffer's size does not.
+    case.array.offset = i64::MAX;
+    expect_invalid(case.build(), FULL, "buffer 1", "overflow");
+}
+
+#[test]
+fn a_null_count_below_minus_one_is_rejected() {
+    let mut case = cases::int32();
+    case.array.null_count = -2;
+    expect_invalid(case.build(), FULL, "array", "null_count is -2");
+}
+
+#[test]
+fn a_null_count_above_the_length_is_rejected() {
+    let mut case = cases::int32();
+    case.array.null_count = 4;
+    expect_invalid(case.build(), FULL, "array", "null_count 4");
+}
+
+#[test]
+fn a_negative_child_length_is_rejected_with_the_child_path() {
+    let mut case = cases::struct_ab();
+    case.array.children[1].length = -5;
+    expect_invalid(case.build(), FULL, "field \"b\"", "length is -5");
+}
+
+// ------------------------------------------------------------ children
+
+#[test]
+fn a_child_count_that_differs_from_the_schema_is_rejected() {
+    let mut case = cases::struct_ab();
+    case.array.children.pop();
+    expect_invalid(case.build(), FULL, "array", "n_children is 1");
+}
+
+#[test]
+fn a_negative_child_count_is_rejected() {
+    let mut built = cases::struct_ab().build();
+    root_array(&mut built.array).n_children = -1;
+    expect_invalid(built, FULL, "array", "n_children is -1");
+}
+
+#[test]
+fn a_null_children_array_is_rejected() {
+    let mut built = cases::struct_ab().build();
+    root_array(&mut built.array).children = std::ptr::null_mut();
+    expect_invalid(built, FULL, "array", "children is NULL");
+}
+
+#[test]
+fn a_null_child_pointer_is_rejected_with_the_field_path() {
+    let mut built = cases::struct_ab().build();
+    set_child_array_ptr(root_array(&mut built.array), 1, std::ptr::null_mut());
+    expect_invalid(built, FULL, "field \"b\"", "NULL");
+}
+
+#[test]
+fn a_released_child_is_rejected_with_the_field_path() {
+    let mut built = cases::struct_ab().build();
+    child_array(root_array(&mut built.array), 1).release = None;
+    expect_invalid(built, FULL, "field \"b\"", "released");
+}
+
+#[test]
+fn a_struct_child_shorter_than_the_struct_is_rejected_with_the_field_path() {
+    let mut case = cases::struct_ab();
+    case.array.children[1] = cases::utf8_node(&["a", ""]);
+    expect_invalid(case.build(), MINIMAL, "field \"b\"", "length 2");
+}
+
+#[test]
+fn a_fixed_size_list_child_shorter_than_length_times_size_is_rejected() {
+    let mut case = cases::fixed_size_list();
+    case.array.children[0] = cases::int32_node(&[1, 2, 3, 4, 5]);
+    expect_invalid(case.build(), MINIMAL, "child 0", "length 5");
+}
+
+#[test]
+fn a_sparse_union_child_shorter_than_the_union_is_rejected() {
+    let mut case = cases::sparse_union();
+    case.array.children[1] = cases::utf8_node(&["a", "b"]);
+    expect_invalid(case.build(), MINIMAL, "child 1", "length 2");
+}
+
+#[test]
+fn a_list_child_shorter_than_the_last_offset_is_rejected() {
+    let mut case = cases::list();
+    case.array.children[0] = cases::int32_node(&[1, 2]);
+    expect_invalid(case.build(), DEFAULT, "child 0", "last offset");
+}
+
+// ------------------------------------------------------------ dictionaries
+
+#[test]
+fn a_missing_dictionary_is_rejected() {
+    let mut case = cases::dictionary();
+    case.array.dictionary = None;
+    expect_invalid(case.build(), FULL, "array", "dictionary is NULL");
+}
+
+#[test]
+fn a_dictionary_the_schema_does_not_have_is_rejected() {
+    let mut case = cases::int32();
+    case.array.dictionary = Some(Box::new(cases::utf8_node(&["x"])));
+    expect_invalid(case.build(), FULL, "array", "dictionary is set");
+}
+
+#[test]
+fn a_defect_inside_the_dictionary_is_named_by_the_dictionary_path() {
+    let mut case = cases::dictionary();
+    case.array.dictionary.as_mut().unwrap().buffers[2] = None;
+    expect_invalid(
+        case.build(),
+        FULL,
+        "dictionary > buffer 2",
+        "data buffer is NULL",
+    );
+}
+
+// ------------------------------------------------------------ released structs
+
+#[test]
+fn a_released_array_struct_is_rejected_and_not_released_again() {
+    let mut built = cases::int32().build();
+    drop(std::mem::replace(
+        &mut built.array.array,
+        arrow_device::abi::FFI_ArrowArray::empty(),
+    ));
+    // The struct handed in is a released one (release NULL), as the
+    // producer's release callback leaves it.
+    assert_eq!(built.counters.get(), (1, 0));
+    // The importer must not call the (NULL) release again; the counts stay
+    // at one release each once it has released the schema.
+    expect_invalid(built, FULL, "array", "released");
+}
+
+#[test]
+fn a_released_schema_struct_is_rejected_and_not_released_again() {
+    let mut built = cases::int32().build();
+    drop(std::mem::replace(
+        &mut built.schema,
+        arrow_device::abi::FFI_ArrowSchema::empty(),
+    ));
+    assert_eq!(built.counters.get(), (0, 1));
+    expect_invalid(built, FULL, "array", "released");
+}
+
+// ------------------------------------------------------------ depth and cycles
+
+#[test]
+fn nesting_at_the_64_level_limit_is_accepted() {
+    // 64 list levels around the int32 leaf: the leaf is at depth 64.
+    let imported = super::expect_ok(cases::nested_lists(64).build(), FULL);
+    assert_eq!(imported.len(), 1);
+}
+
+#[test]
+fn nesting_deeper_than_64_levels_is_rejected() {
+    expect_invalid(
+        cases::nested_lists(70).build(),
+        FULL,
+        "child 0",
+        "deeper than 64",
+    );
+}
+
+#[test]
+fn an_array_child_that_points_to_its_parent_is_an_error_not_a_stack_overflow() {
+    // list<list<list<int32>>>: the middle list's child pointer is the middle
+    // list itself. The walk follows the (finite) type, so it must stop at the
+    // first node whose shape does not match its type.
+    let mut built = cases::nested_lists(3).build();
+    let middle: *mut _ = child_array(root_array(&mut built.array), 0);
+    // SAFETY: `middle` points to a child struct owned by the built root.
+    set_child_array_ptr(unsafe { &mut *middle }, 0, middle);
+    expect_invalid(built, FULL, "child 0", "n_children is 1");
+}
+
+#[test]
+fn a_dictionary_that_points_to_its_own_node_is_an_error() {
+    // struct<a: dictionary<int8, utf8>> whose `a` is its own dictionary.
+    let mut a = cases::dictionary().schema;
+    a.name = Some("a".into());
+    let case = Case::new(
+        ArrayNode::new(3, 0, vec![None]).with_children(vec![cases::dictionary().array]),
+        SchemaNode::new("+s", "st").with_children(vec![a]),
+    );
+    let mut built = case.build();
+    let a: *mut _ = child_array(root_array(&mut built.array), 0);
+    // SAFETY: `a` points to a child struct owned by the built root; its
+    // dictionary struct stays owned (and freed) by the root.
+    unsafe { (*a).dictionary = a };
+    expect_invalid(built, FULL, "field \"a\" > dictionary", "n_buffers");
+}
+
+#[test]
+fn a_null_boolean_values_buffer_is_rejected() {
+    let case = Case::new(
+        ArrayNode::new(3, 0, vec![None, None]),
+        SchemaNode::new("b", "flag"),
+    );
+    expect_invalid(case.build(), FULL, "buffer 1", "NULL");
+}
