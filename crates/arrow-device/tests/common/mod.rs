@@ -1,0 +1,115 @@
+//! Shared fixtures for the integration tests: one non-trivial array of every
+//! type arrow-rs supports ([`all_types`]), a record batch with metadata and an
+//! extension type ([`batch_with_metadata`]), a release counter ([`counting`])
+//! that proves each exported struct is released exactly once, the emulated
+//! device in strict, delayed mode ([`emulated`]) and assertions that name the
+//! failing case.
+//!
+//! Each test binary compiles this module on its own and uses part of it.
+#![allow(dead_code, unused_imports)]
+
+mod release;
+mod types;
+
+use std::time::Duration;
+
+use arrow_array::{Array, RecordBatch};
+use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
+use arrow_device::device::DeviceRef;
+use arrow_device::{export_record_batch, export_record_batch_to, DeviceArray, ValidationLevel};
+
+pub use release::{counting, Counters};
+pub use types::{all_types, batch_with_metadata, EXTENSION_NAME};
+
+/// Asserts that `found` has the type and (logical) values of `expected`,
+/// naming the case on failure. `found` is validated first: data read from a
+/// device before its event completed is garbage that arrow-rs must not
+/// format or compare unchecked.
+pub fn assert_same(case: &str, expected: &dyn Array, found: &dyn Array) {
+    assert_eq!(
+        found.data_type(),
+        expected.data_type(),
+        "{case}: data type changed"
+    );
+    assert_eq!(found.len(), expected.len(), "{case}: length changed");
+    if let Err(e) = found.to_data().validate_full() {
+        panic!("{case}: the round trip produced invalid data: {e}");
+    }
+    assert_eq!(
+        found.null_count(),
+        expected.null_count(),
+        "{case}: null count changed"
+    );
+    assert!(
+        found.to_data() == expected.to_data(),
+        "{case}: values changed\nexpected: {expected:?}\n   found: {found:?}"
+    );
+}
+
+/// The process-wide emulated device `id`, strict (device memory is
+/// `PROT_NONE` on the host) and delayed (a copy's destination holds poison
+/// until the copy has run), so that values read back equal prove the code
+/// waited on every `sync_event`. Idempotent: every test calls it first.
+pub fn emulated(id: i64) -> DeviceRef {
+    let config = EmulatedConfig {
+        strict: true,
+        delay: Duration::from_millis(2),
+    };
+    EmulatedDevice::set_global_config(config);
+    assert_eq!(
+        EmulatedDevice::global_config(),
+        config,
+        "the emulated devices run strict and delayed"
+    );
+    EmulatedDevice::global(id).expect("emulated device ids 0 and up exist")
+}
+
+/// Asserts that the root array and schema counted by `counters` were each
+/// released exactly once.
+pub fn assert_released_once(case: &str, counters: &Counters) {
+    assert_eq!(
+        counters.array_releases(),
+        1,
+        "{case}: the array struct must be released exactly once"
+    );
+    assert_eq!(
+        counters.schema_releases(),
+        1,
+        "{case}: the schema struct must be released exactly once"
+    );
+}
+
+/// Exports `batch` (onto `device`, or zero-copy on the CPU), imports it
+/// (Full validation on the CPU, Default on a device) and checks that the
+/// batch, schema metadata included, comes back equal and that both structs
+/// are released exactly once.
+pub fn assert_batch_round_trips(what: &str, batch: &RecordBatch, device: Option<&DeviceRef>) {
+    let (c_array, c_schema) = match device {
+        None => export_record_batch(batch),
+        Some(device) => export_record_batch_to(batch, device),
+    }
+    .unwrap_or_else(|e| panic!("{what}: export: {e}"));
+    let level = if device.is_some() {
+        ValidationLevel::Default
+    } else {
+        ValidationLevel::Full
+    };
+    let (c_array, c_schema, counters) = counting(c_array, c_schema);
+    let imported = DeviceArray::try_new(c_array, c_schema, level)
+        .unwrap_or_else(|e| panic!("{what}: import: {e}"));
+    let back = imported
+        .to_record_batch()
+        .unwrap_or_else(|e| panic!("{what}: to_record_batch: {e}"));
+    assert_eq!(
+        back.schema(),
+        batch.schema(),
+        "{what}: schema (with metadata) changed"
+    );
+    for (i, (found, expected)) in back.columns().iter().zip(batch.columns()).enumerate() {
+        let column = format!("{what} column {i} {:?}", batch.schema().field(i).name());
+        assert_same(&column, expected.as_ref(), found.as_ref());
+    }
+    assert_eq!(&back, batch, "{what}: batch changed");
+    drop((imported, back));
+    assert_released_once(what, &counters);
+}
