@@ -1,0 +1,208 @@
+//! Command-line arguments (clap derive) and the device they select.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use arrow_device::abi::DeviceType;
+use arrow_device::device::{self, DeviceRef};
+use arrow_device::ValidationLevel;
+use clap::{Parser, ValueEnum};
+
+use crate::error::{CliError, Result};
+
+const AFTER_HELP: &str = "\
+Examples:
+  arrow-device                              embedded dataset, 1,000,000 rows, best device
+  arrow-device --device emulated:0 --rows 100000
+  arrow-device data.parquet --validate full
+
+Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage error.";
+
+/// Round-trips Arrow data through the Arrow C Device Data Interface.
+///
+/// Each record batch is exported onto a device, handed to C code as an
+/// ArrowDeviceArray and ArrowSchema and moved back, imported, copied to the
+/// host and compared with the input. Prints the time and bandwidth of each
+/// stage.
+#[derive(Debug, Parser)]
+#[command(name = "arrow-device", version, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Arrow IPC file or stream, or Parquet file (detected from the first
+    /// bytes). Without it, an embedded dataset of mixed types is generated.
+    pub file: Option<PathBuf>,
+
+    /// Device to export onto: cpu, emulated[:N] or cuda[:N] (N defaults to
+    /// 0). Default: the best device present (a GPU when there is one, else cpu).
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<DeviceSpec>,
+
+    /// How much the importer validates the structs it is handed.
+    #[arg(long, value_enum, default_value_t = Validate::Default, value_name = "LEVEL")]
+    pub validate: Validate,
+
+    /// Do not draw the progress bar (it is never drawn when stderr is not a
+    /// terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+
+    /// Rows of the embedded dataset (default 1000000), or at most this many
+    /// rows of FILE.
+    #[arg(long, value_name = "N")]
+    pub rows: Option<u64>,
+
+    /// Seed of the embedded dataset.
+    #[arg(long, default_value_t = crate::dataset::DEFAULT_SEED, value_name = "SEED")]
+    pub seed: u64,
+}
+
+/// `--validate` values, named as in nanoarrow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Validate {
+    /// Only what keeps the importer memory-safe.
+    None,
+    /// Metadata only; never reads a data buffer.
+    Minimal,
+    /// Minimal plus O(1) reads of data (first/last offsets).
+    Default,
+    /// Every value, on CPU-accessible memory.
+    Full,
+}
+
+impl From<Validate> for ValidationLevel {
+    fn from(value: Validate) -> Self {
+        match value {
+            Validate::None => ValidationLevel::None,
+            Validate::Minimal => ValidationLevel::Minimal,
+            Validate::Default => ValidationLevel::Default,
+            Validate::Full => ValidationLevel::Full,
+        }
+    }
+}
+
+/// A `--device` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// Host memory.
+    Cpu,
+    /// The emulated asynchronous test device (`EXT_DEV`) with this id.
+    Emulated(i64),
+    /// A CUDA GPU with this ordinal.
+    Cuda(i64),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let (kind, id) = match s.split_once(':') {
+            Some((kind, id)) => {
+                let id: i64 = id
+                    .parse()
+                    .ok()
+                    .filter(|id| *id >= 0)
+                    .ok_or_else(|| format!("device id {id:?} is not a non-negative integer"))?;
+                (kind, Some(id))
+            }
+            None => (s, None),
+        };
+        match kind.to_ascii_lowercase().as_str() {
+            "cpu" if id.is_none() => Ok(DeviceSpec::Cpu),
+            "cpu" => Err("the cpu device takes no id".to_string()),
+            "emulated" => Ok(DeviceSpec::Emulated(id.unwrap_or(0))),
+            "cuda" => Ok(DeviceSpec::Cuda(id.unwrap_or(0))),
+            _ => Err(format!(
+                "unknown device {kind:?}: expected cpu, emulated[:N] or cuda[:N]"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Emulated(id) => write!(f, "emulated:{id}"),
+            DeviceSpec::Cuda(id) => write!(f, "cuda:{id}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// The best device present: a GPU when the library has one registered,
+    /// otherwise the CPU. The emulated device is a test device and never
+    /// chosen by default.
+    pub fn best_present() -> DeviceSpec {
+        match device::lookup(DeviceType::CUDA, 0) {
+            Some(_) => DeviceSpec::Cuda(0),
+            None => DeviceSpec::Cpu,
+        }
+    }
+
+    /// The device handle, or a usage error saying why it is not available.
+    pub fn open(self) -> Result<DeviceRef> {
+        match self {
+            DeviceSpec::Cpu => Ok(device::cpu()),
+            DeviceSpec::Emulated(id) => match device::emulated::EmulatedDevice::global(id) {
+                Some(device) => Ok(device as DeviceRef),
+                None => Err(CliError::Usage(format!(
+                    "device emulated:{id} is not available in this build of arrow-device"
+                ))),
+            },
+            DeviceSpec::Cuda(id) => device::lookup(DeviceType::CUDA, id).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "device cuda:{id}: CUDA support is not built into arrow-device yet; \
+                     use --device cpu or --device emulated[:N]"
+                ))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_specs_parse_with_and_without_ids() {
+        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu));
+        assert_eq!("CPU".parse(), Ok(DeviceSpec::Cpu));
+        assert_eq!("emulated".parse(), Ok(DeviceSpec::Emulated(0)));
+        assert_eq!("emulated:3".parse(), Ok(DeviceSpec::Emulated(3)));
+        assert_eq!("cuda".parse(), Ok(DeviceSpec::Cuda(0)));
+        assert_eq!("cuda:1".parse(), Ok(DeviceSpec::Cuda(1)));
+    }
+
+    #[test]
+    fn bad_device_specs_are_rejected_with_the_reason() {
+        let err = "gpu".parse::<DeviceSpec>().unwrap_err();
+        assert!(err.contains("unknown device \"gpu\""), "{err}");
+        let err = "emulated:-1".parse::<DeviceSpec>().unwrap_err();
+        assert!(
+            err.contains("\"-1\" is not a non-negative integer"),
+            "{err}"
+        );
+        let err = "cuda:x".parse::<DeviceSpec>().unwrap_err();
+        assert!(err.contains("\"x\""), "{err}");
+        assert!("cpu:0".parse::<DeviceSpec>().is_err());
+    }
+
+    #[test]
+    fn device_specs_display_as_parsed() {
+        for s in ["cpu", "emulated:2", "cuda:0"] {
+            assert_eq!(s.parse::<DeviceSpec>().unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn cuda_is_reported_as_not_built_in() {
+        if device::lookup(DeviceType::CUDA, 0).is_some() {
+            return; // a build with CUDA on a machine with a GPU
+        }
+        let err = DeviceSpec::Cuda(0).open().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err
+            .to_string()
+            .contains("CUDA support is not built into arrow-device yet"));
+    }
+}

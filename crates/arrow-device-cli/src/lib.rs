@@ -1,0 +1,79 @@
+//! The `arrow-device` command: round-trips Arrow data through the Arrow C
+//! Device Data Interface and reports what each stage costs.
+//!
+//! For each record batch of the input (an Arrow IPC file or stream, a Parquet
+//! file, or the embedded [`dataset`]): export onto the chosen device, hand the
+//! `ArrowDeviceArray` and `ArrowSchema` to C code that walks and moves them
+//! ([`handoff`]), import the moved structs, copy back to the host, and compare
+//! with the input ([`pipeline`]). The [`report`] gives per-stage times and
+//! bandwidths.
+//!
+//! The library part exists so the integration tests and benchmarks can reuse
+//! the dataset generator; the command itself is `src/main.rs`.
+
+pub mod cli;
+pub mod dataset;
+pub mod error;
+pub mod handoff;
+pub mod input;
+pub mod pipeline;
+pub mod progress;
+pub mod report;
+
+use arrow_device::abi::DeviceType;
+use arrow_device::ValidationLevel;
+
+use crate::cli::{Args, DeviceSpec};
+use crate::error::Result;
+use crate::pipeline::{Pipeline, Totals};
+use crate::report::Report;
+
+/// Runs the command for parsed `args`, returning the report to print.
+pub fn run(args: &Args) -> Result<Report> {
+    let spec = args.device.unwrap_or_else(DeviceSpec::best_present);
+    let device = spec.open()?;
+    let device_name = format!(
+        "{spec} ({}, device_id {})",
+        device.device_type(),
+        device.device_id()
+    );
+    let level = ValidationLevel::from(args.validate);
+    // On the CPU, export and import share the input's buffers: nothing is
+    // copied, so the bandwidth column only measures overhead.
+    let note = if device.device_type() == DeviceType::CPU {
+        "cpu: export, import and to_host are zero-copy; GB/s is the data size over the stage time"
+    } else {
+        // Export queues the copies and records the sync_event; the host first
+        // waits for it when import reads sizes from the device.
+        "copies are asynchronous: export queues them; import waits on the sync_event to read buffer sizes"
+    };
+    let note = Some(note.to_string());
+
+    let mut input = input::open(args.file.as_deref(), args.rows, args.seed)?;
+    let progress = progress::Progress::new(input.total_rows, !args.no_progress);
+    let pipeline = Pipeline::new(device, level);
+    let mut totals = Totals::default();
+
+    let mut index = 0;
+    loop {
+        let t = std::time::Instant::now();
+        let Some(batch) = input.batches.next() else {
+            break;
+        };
+        totals.times.input += t.elapsed();
+        let batch = batch?;
+        pipeline.round_trip(index, &batch, &mut totals)?;
+        progress.advance(batch.num_rows() as u64);
+        index += 1;
+    }
+    progress.finish();
+
+    Ok(Report {
+        input: input.description,
+        device: device_name,
+        validation: format!("{:?}", args.validate).to_ascii_lowercase(),
+        columns: input.schema.fields().len(),
+        totals,
+        note,
+    })
+}

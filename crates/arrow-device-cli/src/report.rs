@@ -1,0 +1,132 @@
+//! The report printed at the end of a run.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::pipeline::Totals;
+
+/// Everything the report shows.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// What was read (file and format, or the embedded dataset).
+    pub input: String,
+    /// The device, e.g. `emulated:0 (EXT_DEV, device_id 0)`.
+    pub device: String,
+    /// The validation level used on import.
+    pub validation: String,
+    /// Columns of the input schema.
+    pub columns: usize,
+    /// What moved and how long it took.
+    pub totals: Totals,
+    /// A line printed under the stage table, if any.
+    pub note: Option<String>,
+}
+
+/// Gigabytes (10^9 bytes) per second, or `None` when no time was measured.
+pub fn gb_per_s(bytes: u64, time: Duration) -> Option<f64> {
+    let secs = time.as_secs_f64();
+    (secs > 0.0).then(|| bytes as f64 / secs / 1e9)
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.totals;
+        let c = &t.counts;
+        writeln!(f, "input       {}", self.input)?;
+        writeln!(f, "device      {}", self.device)?;
+        writeln!(f, "validation  {}", self.validation)?;
+        writeln!(f, "batches     {}", t.batches)?;
+        writeln!(f, "rows        {}", t.rows)?;
+        writeln!(f, "columns     {}", self.columns)?;
+        writeln!(f, "bytes       {} ({})", t.bytes, human_bytes(t.bytes))?;
+        writeln!(
+            f,
+            "C walk      {} nodes, {} buffers ({} NULL), {} dictionaries, depth {}, \
+             {} offset buffers read on the host",
+            c.nodes, c.buffers, c.null_buffers, c.dictionaries, c.max_depth, c.host_checked
+        )?;
+        writeln!(f)?;
+        writeln!(f, "{:<12} {:>12} {:>10}", "stage", "time (ms)", "GB/s")?;
+        let mut rows: Vec<(&str, Duration)> = t.times.rows().to_vec();
+        rows.push(("total", t.times.total()));
+        for (name, time) in rows {
+            let rate = gb_per_s(t.bytes, time).map_or("-".to_string(), |r| format!("{r:.2}"));
+            writeln!(
+                f,
+                "{:<12} {:>12.3} {:>10}",
+                name,
+                time.as_secs_f64() * 1e3,
+                rate
+            )?;
+        }
+        if let Some(note) = &self.note {
+            writeln!(f, "({note})")?;
+        }
+        writeln!(f)?;
+        writeln!(f, "verified: equal")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bandwidth_is_bytes_per_nanosecond() {
+        assert_eq!(gb_per_s(2_000_000_000, Duration::from_secs(1)), Some(2.0));
+        assert_eq!(gb_per_s(1, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn report_lists_counts_and_an_aligned_stage_table() {
+        let mut totals = Totals {
+            batches: 2,
+            rows: 20_000,
+            bytes: 1_048_576,
+            ..Totals::default()
+        };
+        totals.times.export = Duration::from_millis(2);
+        let report = Report {
+            input: "embedded".into(),
+            device: "cpu (CPU, device_id -1)".into(),
+            validation: "default".into(),
+            columns: 9,
+            totals,
+            note: None,
+        };
+        let text = report.to_string();
+        assert!(text.contains("rows        20000\n"), "{text}");
+        assert!(text.contains("bytes       1048576 (1.0 MiB)\n"), "{text}");
+        assert!(
+            text.contains("export              2.000       0.52\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("read input          0.000          -\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("verified: equal\n"));
+        let widths: Vec<usize> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("stage"))
+            .take(8)
+            .map(str::len)
+            .collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "{widths:?}");
+    }
+}

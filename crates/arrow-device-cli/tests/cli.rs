@@ -1,0 +1,383 @@
+//! End-to-end tests of the `arrow-device` command: the built binary is run
+//! with `std::process::Command` and its report, messages and exit codes are
+//! checked.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arrow_array::RecordBatch;
+use arrow_device_cli::dataset::Dataset;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+
+fn arrow_device(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arrow-device"))
+        .args(args)
+        .output()
+        .expect("the arrow-device binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A fresh path in the temp dir, removed when dropped.
+struct TempPath(PathBuf);
+
+impl TempPath {
+    fn new(suffix: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "arrow-device-cli-test-{}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            suffix
+        );
+        TempPath(std::env::temp_dir().join(name))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("temp paths are UTF-8 here")
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn dataset_batches(rows: u64, chunk_rows: usize) -> Vec<RecordBatch> {
+    Dataset::new(rows, 11)
+        .with_chunk_rows(chunk_rows)
+        .batches()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// The value of a `key   value` line of the report's header.
+fn report_value<'a>(report: &'a str, key: &str) -> Option<&'a str> {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ').map(str::trim))
+}
+
+fn assert_verified(output: &Output, rows: &str, batches: Option<&str>) {
+    let out = stdout(output);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout:\n{out}\nstderr:\n{}",
+        output.status,
+        stderr(output)
+    );
+    assert!(out.contains("\nverified: equal\n"), "{out}");
+    assert_eq!(report_value(&out, "rows"), Some(rows), "{out}");
+    if let Some(batches) = batches {
+        assert_eq!(report_value(&out, "batches"), Some(batches), "{out}");
+    }
+    assert_eq!(report_value(&out, "columns"), Some("9"), "{out}");
+    for stage in [
+        "read input",
+        "export",
+        "C hand-off",
+        "import",
+        "to_host",
+        "verify",
+        "total",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(stage)),
+            "no {stage} row in\n{out}"
+        );
+    }
+}
+
+#[test]
+fn embedded_dataset_round_trips_on_the_cpu() {
+    let output = arrow_device(&["--rows", "20000", "--device", "cpu", "--no-progress"]);
+    assert_verified(&output, "20000", Some("1"));
+    let out = stdout(&output);
+    assert_eq!(
+        report_value(&out, "device"),
+        Some("cpu (CPU, device_id -1)"),
+        "{out}"
+    );
+    assert!(
+        report_value(&out, "input")
+            .unwrap()
+            .starts_with("embedded dataset"),
+        "{out}"
+    );
+}
+
+#[test]
+fn embedded_dataset_round_trips_on_the_emulated_device() {
+    let output = arrow_device(&["--rows", "20000", "--device", "emulated:0", "--no-progress"]);
+    assert_verified(&output, "20000", Some("1"));
+    assert_eq!(
+        report_value(&stdout(&output), "device"),
+        Some("emulated:0 (EXT_DEV, device_id 0)")
+    );
+}
+
+#[test]
+fn embedded_dataset_in_several_batches_with_full_validation() {
+    // 70,000 rows are two batches of the default 65,536-row chunking.
+    let output = arrow_device(&["--rows", "70000", "--validate", "full", "--no-progress"]);
+    assert_verified(&output, "70000", Some("2"));
+    assert_eq!(report_value(&stdout(&output), "validation"), Some("full"));
+}
+
+#[test]
+fn ipc_file_round_trips() {
+    let file = TempPath::new("data.arrow");
+    let batches = dataset_batches(5_000, 2_000);
+    let mut writer = arrow_ipc::writer::FileWriter::try_new(
+        File::create(file.path()).unwrap(),
+        &Dataset::schema(),
+    )
+    .unwrap();
+    for batch in &batches {
+        writer.write(batch).unwrap();
+    }
+    writer.finish().unwrap();
+
+    for device in ["cpu", "emulated:0"] {
+        let output = arrow_device(&[file.arg(), "--device", device, "--no-progress"]);
+        assert_verified(&output, "5000", Some("3"));
+        let input = report_value(&stdout(&output), "input").unwrap().to_string();
+        assert!(
+            input.starts_with("Arrow IPC file") && input.ends_with("(3 batches)"),
+            "{input}"
+        );
+    }
+}
+
+#[test]
+fn ipc_stream_round_trips_and_rows_caps_it() {
+    let file = TempPath::new("data.arrows");
+    let batches = dataset_batches(5_000, 2_000);
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(
+        File::create(file.path()).unwrap(),
+        &Dataset::schema(),
+    )
+    .unwrap();
+    for batch in &batches {
+        writer.write(batch).unwrap();
+    }
+    writer.finish().unwrap();
+
+    let output = arrow_device(&[file.arg(), "--no-progress"]);
+    assert_verified(&output, "5000", Some("3"));
+    assert!(report_value(&stdout(&output), "input")
+        .unwrap()
+        .starts_with("Arrow IPC stream"));
+
+    // The cap slices the second batch: 2,000 + 1,000 rows.
+    let output = arrow_device(&[
+        file.arg(),
+        "--rows",
+        "3000",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]);
+    assert_verified(&output, "3000", Some("2"));
+}
+
+#[test]
+fn parquet_file_round_trips() {
+    let file = TempPath::new("data.parquet");
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(3_000))
+        .build();
+    let mut writer = ArrowWriter::try_new(
+        File::create(file.path()).unwrap(),
+        Dataset::schema(),
+        Some(props),
+    )
+    .unwrap();
+    for batch in dataset_batches(6_000, 2_500) {
+        writer.write(&batch).unwrap();
+    }
+    writer.close().unwrap();
+
+    for device in ["cpu", "emulated:0"] {
+        let output = arrow_device(&[file.arg(), "--device", device, "--no-progress"]);
+        // The reader's batches may span row groups: only the rows are fixed.
+        assert_verified(&output, "6000", None);
+        let input = report_value(&stdout(&output), "input").unwrap().to_string();
+        assert!(
+            input.starts_with("Parquet file")
+                && input.contains("2 row groups")
+                && input.contains("SNAPPY"),
+            "{input}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_file_fails_with_its_path() {
+    let missing = std::env::temp_dir().join(format!(
+        "arrow-device-cli-missing-{}.arrow",
+        std::process::id()
+    ));
+    let output = arrow_device(&[missing.to_str().unwrap(), "--no-progress"]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(err.starts_with("arrow-device: error: "), "{err}");
+    assert!(
+        err.contains(&format!("{}: cannot open:", missing.display())),
+        "{err}"
+    );
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn a_garbage_file_is_rejected_with_the_formats_expected() {
+    let file = TempPath::new("garbage.bin");
+    std::fs::write(file.path(), b"this is not arrow data at all").unwrap();
+    let output = arrow_device(&[file.arg(), "--no-progress"]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains("not an Arrow IPC file (magic \"ARROW1\")"),
+        "{err}"
+    );
+    assert!(err.contains("starts with 74 68 69 73"), "{err}");
+
+    // Right magic, broken content: the decoder's message comes through.
+    std::fs::write(file.path(), b"ARROW1\0\0garbage").unwrap();
+    let output = arrow_device(&[file.arg(), "--no-progress"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains(": decoding: "),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn an_empty_file_is_rejected() {
+    let file = TempPath::new("empty.arrow");
+    std::fs::write(file.path(), b"").unwrap();
+    let output = arrow_device(&[file.arg()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("the file is empty"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_bad_device_is_a_usage_error() {
+    let output = arrow_device(&["--device", "tpu:0", "--rows", "10"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("unknown device \"tpu\""),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = arrow_device(&["--device", "emulated:x", "--rows", "10"]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn cuda_is_parsed_but_reported_as_not_built_in() {
+    let output = arrow_device(&["--device", "cuda:0", "--rows", "10", "--no-progress"]);
+    if stdout(&output).contains("verified: equal") {
+        return; // a build with CUDA on a machine with a GPU
+    }
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("CUDA support is not built into arrow-device yet"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_bad_validation_level_is_a_usage_error() {
+    let output = arrow_device(&["--validate", "paranoid", "--rows", "10"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("paranoid"));
+}
+
+#[test]
+fn zero_rows_is_an_empty_but_verified_run() {
+    let output = arrow_device(&["--rows", "0", "--no-progress"]);
+    assert_verified(&output, "0", Some("0"));
+}
+
+#[test]
+fn every_validation_level_round_trips_on_a_second_emulated_device() {
+    for level in ["none", "minimal", "default", "full"] {
+        let output = arrow_device(&[
+            "--rows",
+            "3000",
+            "--device",
+            "emulated:1",
+            "--validate",
+            level,
+            "--no-progress",
+        ]);
+        assert_verified(&output, "3000", Some("1"));
+        assert_eq!(report_value(&stdout(&output), "validation"), Some(level));
+    }
+}
+
+/// The Arrow C++ golden streams (`shared/golden` beside the checkout, see its
+/// README) cover every type; each must come back equal from the emulated
+/// device with full validation.
+#[test]
+fn golden_streams_round_trip_on_the_emulated_device() {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/golden"
+    ));
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("golden directory {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "stream"))
+        .collect();
+    paths.sort();
+    assert_eq!(paths.len(), 32, "golden streams in {}", dir.display());
+    for path in &paths {
+        let output = arrow_device(&[
+            path.to_str().unwrap(),
+            "--device",
+            "emulated:0",
+            "--validate",
+            "full",
+            "--no-progress",
+        ]);
+        let out = stdout(&output);
+        assert!(
+            output.status.success() && out.contains("\nverified: equal\n"),
+            "{}: exit {:?}\n{out}\n{}",
+            path.display(),
+            output.status,
+            stderr(&output)
+        );
+        assert!(
+            report_value(&out, "input")
+                .unwrap()
+                .starts_with("Arrow IPC stream"),
+            "{out}"
+        );
+    }
+}
