@@ -205,11 +205,17 @@ pub struct ArrowDeviceArrayStream {
     pub device_type: DeviceType,
     /// Gets the stream's schema; returns 0 or an errno-compatible code.
     pub get_schema: Option<
-        unsafe extern "C" fn(self_: *mut ArrowDeviceArrayStream, out: *mut FFI_ArrowSchema) -> c_int,
+        unsafe extern "C" fn(
+            self_: *mut ArrowDeviceArrayStream,
+            out: *mut FFI_ArrowSchema,
+        ) -> c_int,
     >,
     /// Gets the next array; a released `out` marks the end of the stream.
     pub get_next: Option<
-        unsafe extern "C" fn(self_: *mut ArrowDeviceArrayStream, out: *mut ArrowDeviceArray) -> c_int,
+        unsafe extern "C" fn(
+            self_: *mut ArrowDeviceArrayStream,
+            out: *mut ArrowDeviceArray,
+        ) -> c_int,
     >,
     /// The last error's message, valid until the next call on the stream.
     pub get_last_error:
@@ -240,8 +246,9 @@ impl ArrowDeviceArrayStream {
 pub struct ArrowAsyncTask {
     /// Moves the task's array into `out` (or releases it when `out` is NULL);
     /// must be called exactly once.
-    pub extract_data:
-        Option<unsafe extern "C" fn(self_: *mut ArrowAsyncTask, out: *mut ArrowDeviceArray) -> c_int>,
+    pub extract_data: Option<
+        unsafe extern "C" fn(self_: *mut ArrowAsyncTask, out: *mut ArrowDeviceArray) -> c_int,
+    >,
     /// Producer-owned data.
     pub private_data: *mut c_void,
 }
@@ -404,7 +411,10 @@ mod tests {
         for &t in DeviceType::ALL {
             let name = t.name().expect("named");
             assert_eq!(DeviceType::from_name(name), Some(t));
-            assert_eq!(DeviceType::from_name(&format!("arrow_device_{name}")), Some(t));
+            assert_eq!(
+                DeviceType::from_name(&format!("arrow_device_{name}")),
+                Some(t)
+            );
         }
         assert_eq!(DeviceType::from_name("TPU"), None);
     }
@@ -420,11 +430,19 @@ mod tests {
 
     #[test]
     fn cpu_accessible_types_are_the_host_memory_ones() {
-        let accessible: Vec<_> =
-            DeviceType::ALL.iter().copied().filter(|t| t.is_cpu_accessible()).collect();
+        let accessible: Vec<_> = DeviceType::ALL
+            .iter()
+            .copied()
+            .filter(|t| t.is_cpu_accessible())
+            .collect();
         assert_eq!(
             accessible,
-            [DeviceType::CPU, DeviceType::CUDA_HOST, DeviceType::ROCM_HOST, DeviceType::CUDA_MANAGED]
+            [
+                DeviceType::CPU,
+                DeviceType::CUDA_HOST,
+                DeviceType::ROCM_HOST,
+                DeviceType::CUDA_MANAGED
+            ]
         );
     }
 

@@ -58,12 +58,19 @@ pub enum Error {
 impl Error {
     /// A malformed-input error at `path`.
     pub fn invalid(path: &Path<'_>, message: impl Into<String>) -> Self {
-        Error::Invalid { path: path.to_string(), message: message.into() }
+        Error::Invalid {
+            path: path.to_string(),
+            message: message.into(),
+        }
     }
 
     /// A failed device call.
     pub fn device(device_type: DeviceType, device_id: i64, message: impl Into<String>) -> Self {
-        Error::Device { device_type, device_id, message: message.into() }
+        Error::Device {
+            device_type,
+            device_id,
+            message: message.into(),
+        }
     }
 
     /// The errno-compatible code the C interfaces use for this error
@@ -111,27 +118,42 @@ enum Segment<'a> {
 impl<'a> Path<'a> {
     /// The root of the tree.
     pub const fn root() -> Path<'static> {
-        Path { parent: None, segment: Segment::Root }
+        Path {
+            parent: None,
+            segment: Segment::Root,
+        }
     }
 
     /// Child `index` of a struct-like parent, named when it has a name.
     pub fn field(&'a self, index: usize, name: Option<&'a str>) -> Path<'a> {
-        Path { parent: Some(self), segment: Segment::Field(index, name) }
+        Path {
+            parent: Some(self),
+            segment: Segment::Field(index, name),
+        }
     }
 
     /// Child `index` of a nested parent (list item, map entries, union member).
     pub fn child(&'a self, index: usize, name: Option<&'a str>) -> Path<'a> {
-        Path { parent: Some(self), segment: Segment::Child(index, name) }
+        Path {
+            parent: Some(self),
+            segment: Segment::Child(index, name),
+        }
     }
 
     /// The dictionary of a dictionary-encoded node.
     pub fn dictionary(&'a self) -> Path<'a> {
-        Path { parent: Some(self), segment: Segment::Dictionary }
+        Path {
+            parent: Some(self),
+            segment: Segment::Dictionary,
+        }
     }
 
     /// Buffer `index` (in C Data Interface order) of this node.
     pub fn buffer(&'a self, index: usize) -> Path<'a> {
-        Path { parent: Some(self), segment: Segment::Buffer(index) }
+        Path {
+            parent: Some(self),
+            segment: Segment::Buffer(index),
+        }
     }
 
     fn is_root(&self) -> bool {
@@ -196,7 +218,10 @@ mod tests {
         let f = root.field(2, Some("tags"));
         let item = f.child(0, Some("item"));
         let dict = item.dictionary();
-        assert_eq!(dict.buffer(1).to_string(), r#"field "tags" > child 0 "item" > dictionary > buffer 1"#);
+        assert_eq!(
+            dict.buffer(1).to_string(),
+            r#"field "tags" > child 0 "item" > dictionary > buffer 1"#
+        );
         let unnamed = root.field(4, None);
         assert_eq!(unnamed.to_string(), "field 4");
     }
@@ -205,7 +230,10 @@ mod tests {
     fn panics_become_errors_with_their_message() {
         let payload = std::panic::catch_unwind(|| panic!("boom {}", 7)).unwrap_err();
         let err = Error::from_panic(payload);
-        assert_eq!(err.to_string(), "internal error (panic caught at the FFI boundary): boom 7");
+        assert_eq!(
+            err.to_string(),
+            "internal error (panic caught at the FFI boundary): boom 7"
+        );
         assert_eq!(err.errno(), libc::EIO);
     }
 }

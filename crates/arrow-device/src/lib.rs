@@ -70,6 +70,9 @@ pub mod schema;
 pub mod validate;
 
 pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};
-pub use array::{export_array, export_array_to, export_record_batch, export_record_batch_to, BufferInfo, DeviceArray};
+pub use array::{
+    export_array, export_array_to, export_record_batch, export_record_batch_to, BufferInfo,
+    DeviceArray,
+};
 pub use error::{Error, Result};
 pub use validate::ValidationLevel;

@@ -24,15 +24,27 @@ fn cpu_import_is_zero_copy() {
 
 #[test]
 fn pinned_and_managed_memory_import_zero_copy_without_a_runtime() {
-    for device_type in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED, DeviceType::ROCM_HOST] {
+    for device_type in [
+        DeviceType::CUDA_HOST,
+        DeviceType::CUDA_MANAGED,
+        DeviceType::ROCM_HOST,
+    ] {
         let strings = StringArray::from(vec![Some("x"), None, Some("yz")]);
         let imported = relabel(&strings, device_type, 0);
         assert_eq!(imported.device_type(), device_type);
-        assert_eq!(imported.buffers()[2].len, Some(3), "{device_type}: data size from the last offset");
+        assert_eq!(
+            imported.buffers()[2].len,
+            Some(3),
+            "{device_type}: data size from the last offset"
+        );
         let back = imported.to_host().unwrap();
         assert_eq!(back.as_ref(), &strings as &dyn Array);
         let back = back.as_any().downcast_ref::<StringArray>().unwrap();
-        assert_eq!(back.values().as_ptr(), strings.values().as_ptr(), "{device_type}: zero-copy");
+        assert_eq!(
+            back.values().as_ptr(),
+            strings.values().as_ptr(),
+            "{device_type}: zero-copy"
+        );
     }
 }
 
@@ -55,18 +67,34 @@ fn pinned_memory_with_an_event_needs_the_runtime() {
 #[test]
 fn unknown_device_types_import_as_opaque_handles() {
     let strings = StringArray::from(vec!["a", "bb", "ccc"]);
-    for (device_type, id) in [(DeviceType::OPENCL, 2), (DeviceType::from(17), 0), (DeviceType::METAL, 0)] {
+    for (device_type, id) in [
+        (DeviceType::OPENCL, 2),
+        (DeviceType::from(17), 0),
+        (DeviceType::METAL, 0),
+    ] {
         let imported = relabel(&strings, device_type, id);
-        assert_eq!((imported.device_type(), imported.device_id()), (device_type, id));
+        assert_eq!(
+            (imported.device_type(), imported.device_id()),
+            (device_type, id)
+        );
         assert!(imported.device().is_none());
         assert_eq!(imported.len(), 3);
         assert_eq!(imported.data_type(), strings.data_type());
         let buffers = imported.buffers();
-        assert_eq!(buffers[1].len, Some(16), "offsets size follows from the length");
+        assert_eq!(
+            buffers[1].len,
+            Some(16),
+            "offsets size follows from the length"
+        );
         assert_eq!(buffers[2].len, None, "data size needs a device read");
         let err = imported.to_host().unwrap_err();
-        assert!(err.to_string().contains("no device implementation"), "{err}");
-        let err = imported.to_device(&arrow_device::device::cpu()).unwrap_err();
+        assert!(
+            err.to_string().contains("no device implementation"),
+            "{err}"
+        );
+        let err = imported
+            .to_device(&arrow_device::device::cpu())
+            .unwrap_err();
         assert!(matches!(err, Error::NotSupported(_)), "{err}");
     }
 }
@@ -95,11 +123,28 @@ fn sliced_arrays_copy_only_what_they_reference_and_round_trip_through_the_emulat
     use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
     use arrow_device::device::DeviceRef;
     use std::time::Duration;
-    let device: DeviceRef = EmulatedDevice::new(40, EmulatedConfig { strict: true, delay: Duration::from_millis(1) });
+    let device: DeviceRef = EmulatedDevice::new(
+        40,
+        EmulatedConfig {
+            strict: true,
+            delay: Duration::from_millis(1),
+        },
+    );
     arrow_device::device::register(device.clone());
-    let strings: StringArray = (0..1000).map(|i| if i % 7 == 0 { None } else { Some(format!("s{i}")) }).collect();
+    let strings: StringArray = (0..1000)
+        .map(|i| {
+            if i % 7 == 0 {
+                None
+            } else {
+                Some(format!("s{i}"))
+            }
+        })
+        .collect();
     let (c_array, schema) = arrow_device::export_array_to(&strings, &device).unwrap();
-    assert_eq!((c_array.device_type, c_array.device_id), (DeviceType::EXT_DEV, 40));
+    assert_eq!(
+        (c_array.device_type, c_array.device_id),
+        (DeviceType::EXT_DEV, 40)
+    );
     assert!(!c_array.sync_event.is_null());
     let imported = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap();
     let slice = imported.slice(421, 17).unwrap();
@@ -107,16 +152,28 @@ fn sliced_arrays_copy_only_what_they_reference_and_round_trip_through_the_emulat
     assert_eq!(host.as_ref(), &strings.slice(421, 17) as &dyn Array);
     // 421 % 8 == 5: a copy keeps the bitmap byte-aligned and takes only the
     // validity and offsets of the referenced slots (plus the 5 before them).
-    let copied = slice.to_device(&(EmulatedDevice::new(42, EmulatedConfig::default()) as DeviceRef)).unwrap();
+    let copied = slice
+        .to_device(&(EmulatedDevice::new(42, EmulatedConfig::default()) as DeviceRef))
+        .unwrap();
     assert_eq!((copied.offset(), copied.len()), (5, 17));
     let sizes: Vec<_> = copied.buffers().iter().map(|b| b.len.unwrap()).collect();
     assert_eq!(sizes[..2], [(5 + 17usize).div_ceil(8), (5 + 17 + 1) * 4]);
-    assert_eq!(copied.to_host().unwrap().as_ref(), &strings.slice(421, 17) as &dyn Array);
+    assert_eq!(
+        copied.to_host().unwrap().as_ref(),
+        &strings.slice(421, 17) as &dyn Array
+    );
     let inner = slice.slice(3, 9).unwrap();
-    assert_eq!(inner.to_host().unwrap().as_ref(), &strings.slice(424, 9) as &dyn Array);
-    let on_emulated_1 = inner.to_device(&(EmulatedDevice::new(41, EmulatedConfig::default()) as DeviceRef));
+    assert_eq!(
+        inner.to_host().unwrap().as_ref(),
+        &strings.slice(424, 9) as &dyn Array
+    );
+    let on_emulated_1 =
+        inner.to_device(&(EmulatedDevice::new(41, EmulatedConfig::default()) as DeviceRef));
     assert!(on_emulated_1.is_ok());
     let back_on_cpu = inner.to_device(&arrow_device::device::cpu()).unwrap();
     assert_eq!(back_on_cpu.device_type(), DeviceType::CPU);
-    assert_eq!(back_on_cpu.to_host().unwrap().as_ref(), &strings.slice(424, 9) as &dyn Array);
+    assert_eq!(
+        back_on_cpu.to_host().unwrap().as_ref(),
+        &strings.slice(424, 9) as &dyn Array
+    );
 }

@@ -58,7 +58,10 @@ fn plan(node: &Node) -> Result<(Vec<usize>, usize)> {
     node.for_each_buffer(&mut |b| {
         offsets.push(total);
         if !b.ptr.is_null() {
-            total = match total.checked_add(b.len).and_then(|t| t.checked_next_multiple_of(ALIGN)) {
+            total = match total
+                .checked_add(b.len)
+                .and_then(|t| t.checked_next_multiple_of(ALIGN))
+            {
                 Some(t) => t,
                 None => {
                     overflow = true;
@@ -68,7 +71,9 @@ fn plan(node: &Node) -> Result<(Vec<usize>, usize)> {
         }
     });
     if overflow {
-        return Err(Error::NotSupported("array tree too large to copy: size overflows usize".into()));
+        return Err(Error::NotSupported(
+            "array tree too large to copy: size overflows usize".into(),
+        ));
     }
     Ok((offsets, total))
 }
@@ -84,14 +89,21 @@ fn relocate(node: &Node, offsets: &[usize], base: *const u8) -> Node {
         } else {
             // `wrapping_add` so that no provenance claims are made about
             // device pointers, which are never dereferenced here.
-            RawBuf { ptr: base.wrapping_add(offset), len: b.len }
+            RawBuf {
+                ptr: base.wrapping_add(offset),
+                len: b.len,
+            }
         }
     })
 }
 
 /// Copies a tree of host-readable buffers onto `device`. `sources` keeps the
 /// host buffers alive until the copies have completed.
-pub(crate) fn host_to_device(node: &Node, sources: KeepAlive, device: &DeviceRef) -> Result<Copied> {
+pub(crate) fn host_to_device(
+    node: &Node,
+    sources: KeepAlive,
+    device: &DeviceRef,
+) -> Result<Copied> {
     let node = &node.trimmed();
     let (offsets, total) = plan(node)?;
     let memory = device.allocate(total)?;
@@ -146,7 +158,15 @@ pub(crate) fn device_to_device(
             if result.is_ok() && !from.ptr.is_null() && from.len > 0 {
                 // SAFETY: `from` is valid on `src` (kept by `src_keep`), `to`
                 // lies inside `memory`.
-                result = unsafe { dst.copy_device_to_device(src.as_ref(), from.ptr, to.ptr.cast_mut(), from.len, &stream) };
+                result = unsafe {
+                    dst.copy_device_to_device(
+                        src.as_ref(),
+                        from.ptr,
+                        to.ptr.cast_mut(),
+                        from.len,
+                        &stream,
+                    )
+                };
             }
         });
         match result {
@@ -183,12 +203,21 @@ fn finish_device_copy(
         _memory: memory,
         _sources: sources,
     });
-    Ok(Copied { node, keep_alive, device: device.clone(), sync_event })
+    Ok(Copied {
+        node,
+        keep_alive,
+        device: device.clone(),
+        sync_event,
+    })
 }
 
 /// Copies a tree on `src` to one host allocation, after waiting on the
 /// producer's `sync_event`; returns the relocated tree and the host memory.
-pub(crate) fn device_to_host(node: &Node, src: &DeviceRef, sync_event: *mut c_void) -> Result<(Node, Buffer)> {
+pub(crate) fn device_to_host(
+    node: &Node,
+    src: &DeviceRef,
+    sync_event: *mut c_void,
+) -> Result<(Node, Buffer)> {
     let node = &node.trimmed();
     let (offsets, total) = plan(node)?;
     let mut host = MutableBuffer::from_len_zeroed(total);
@@ -215,4 +244,3 @@ pub(crate) fn device_to_host(node: &Node, src: &DeviceRef, sync_event: *mut c_vo
     synced?;
     Ok((copied, Buffer::from(host)))
 }
-

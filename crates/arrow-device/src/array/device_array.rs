@@ -97,14 +97,24 @@ impl Storage {
 impl DeviceArray {
     /// Imports a device array and its schema, taking ownership of both: they
     /// are released exactly once, also when an error is returned.
-    pub fn try_new(array: ArrowDeviceArray, schema: FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> {
+    pub fn try_new(
+        array: ArrowDeviceArray,
+        schema: FFI_ArrowSchema,
+        level: ValidationLevel,
+    ) -> Result<Self> {
         // The schema is only needed to learn the type; it is released when
         // `schema` drops at the end of this function, on every path.
         if schema.release().is_none() {
-            return Err(Error::invalid(&Path::root(), "schema struct was released (release is NULL)"));
+            return Err(Error::invalid(
+                &Path::root(),
+                "schema struct was released (release is NULL)",
+            ));
         }
         if array.is_released() {
-            return Err(Error::invalid(&Path::root(), "array struct was released (release is NULL)"));
+            return Err(Error::invalid(
+                &Path::root(),
+                "array struct was released (release is NULL)",
+            ));
         }
         let field = Arc::new(crate::schema::import_field(&schema)?);
         drop(schema);
@@ -123,9 +133,11 @@ impl DeviceArray {
         let keep: Arc<ArrowDeviceArray> = Arc::new(array);
         let raw = crate::abi::raw::array(&keep.array);
         // SAFETY: the struct is non-released and owned by `keep`.
-        let (node, sizes_known) =
-            unsafe { Importer::new(level, device.as_ref()).import(raw, field.data_type(), sync_event) }?;
-        let host_synced = device.as_ref().is_some_and(|d| d.is_cpu_accessible()) && sync_event.is_null();
+        let (node, sizes_known) = unsafe {
+            Importer::new(level, device.as_ref()).import(raw, field.data_type(), sync_event)
+        }?;
+        let host_synced =
+            device.as_ref().is_some_and(|d| d.is_cpu_accessible()) && sync_event.is_null();
         let storage = Arc::new(Storage {
             device_type,
             device_id,
@@ -135,7 +147,11 @@ impl DeviceArray {
             sizes_known,
             _keep: keep,
         });
-        let imported = DeviceArray { storage, node: Arc::new(node), field };
+        let imported = DeviceArray {
+            storage,
+            node: Arc::new(node),
+            field,
+        };
         if level == ValidationLevel::Full {
             imported.validate_full()?;
         }
@@ -165,16 +181,31 @@ impl DeviceArray {
                     drop(FFI_ArrowSchema::from_raw(schema));
                 }
             }
-            return Err(Error::invalid(&Path::root(), "NULL ArrowDeviceArray or ArrowSchema pointer"));
+            return Err(Error::invalid(
+                &Path::root(),
+                "NULL ArrowDeviceArray or ArrowSchema pointer",
+            ));
         }
         // SAFETY: valid per the contract; from_raw leaves released structs.
-        let (array, schema) = unsafe { (ArrowDeviceArray::from_raw(array), FFI_ArrowSchema::from_raw(schema)) };
+        let (array, schema) = unsafe {
+            (
+                ArrowDeviceArray::from_raw(array),
+                FFI_ArrowSchema::from_raw(schema),
+            )
+        };
         Self::try_new(array, schema, level)
     }
 
     /// Imports a plain C Data Interface array (CPU memory).
-    pub fn try_from_cpu(array: FFI_ArrowArray, schema: FFI_ArrowSchema, level: ValidationLevel) -> Result<Self> {
-        let device_array = ArrowDeviceArray { array, ..ArrowDeviceArray::empty() };
+    pub fn try_from_cpu(
+        array: FFI_ArrowArray,
+        schema: FFI_ArrowSchema,
+        level: ValidationLevel,
+    ) -> Result<Self> {
+        let device_array = ArrowDeviceArray {
+            array,
+            ..ArrowDeviceArray::empty()
+        };
         Self::try_new(device_array, schema, level)
     }
 
@@ -232,7 +263,9 @@ impl DeviceArray {
     /// without the variadic-sizes buffer).
     pub fn buffers(&self) -> Vec<BufferInfo> {
         let data_dependent = |i: usize| match self.node.data_type {
-            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => i == 2,
+            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
+                i == 2
+            }
             DataType::Utf8View | DataType::BinaryView => i >= 2,
             _ => false,
         };
@@ -242,7 +275,11 @@ impl DeviceArray {
             .enumerate()
             .map(|(i, b)| BufferInfo {
                 ptr: b.ptr,
-                len: if self.storage.sizes_known || !data_dependent(i) { Some(b.len) } else { None },
+                len: if self.storage.sizes_known || !data_dependent(i) {
+                    Some(b.len)
+                } else {
+                    None
+                },
             })
             .collect()
     }
@@ -255,13 +292,19 @@ impl DeviceArray {
             .children
             .iter()
             .zip(fields)
-            .map(|(child, field)| DeviceArray { storage: self.storage.clone(), node: Arc::new(child.clone()), field })
+            .map(|(child, field)| DeviceArray {
+                storage: self.storage.clone(),
+                node: Arc::new(child.clone()),
+                field,
+            })
             .collect()
     }
 
     /// The dictionary of a dictionary-encoded array.
     pub fn dictionary(&self) -> Option<DeviceArray> {
-        let DataType::Dictionary(_, value_type) = self.data_type() else { return None };
+        let DataType::Dictionary(_, value_type) = self.data_type() else {
+            return None;
+        };
         let dictionary = self.node.dictionary.as_ref()?;
         Some(DeviceArray {
             storage: self.storage.clone(),
@@ -272,7 +315,10 @@ impl DeviceArray {
 
     /// A zero-copy slice of `len` slots starting at `offset`.
     pub fn slice(&self, offset: usize, len: usize) -> Result<DeviceArray> {
-        if offset.checked_add(len).is_none_or(|end| end > self.node.len) {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.node.len)
+        {
             return Err(Error::NotSupported(format!(
                 "slice {offset}..{} out of bounds of an array of length {}",
                 offset.saturating_add(len),
@@ -284,12 +330,20 @@ impl DeviceArray {
         node.len = len;
         node.first_last = None;
         if node.null_count != Some(0) || offset + len != self.node.len || offset != 0 {
-            node.null_count = if self.node.null_count == Some(0) { Some(0) } else { None };
+            node.null_count = if self.node.null_count == Some(0) {
+                Some(0)
+            } else {
+                None
+            };
         }
         if !crate::array::layout::has_validity(&node.data_type) {
             node.null_count = Some(0);
         }
-        Ok(DeviceArray { storage: self.storage.clone(), node: Arc::new(node), field: self.field.clone() })
+        Ok(DeviceArray {
+            storage: self.storage.clone(),
+            node: Arc::new(node),
+            field: self.field.clone(),
+        })
     }
 
     /// Copies (or, for CPU-accessible memory, wraps) the array as arrow-rs data,
@@ -303,11 +357,16 @@ impl DeviceArray {
             // by `owner`; the tree passed import validation.
             unsafe { self.node.to_array_data(&mut |b| wrap_owned(b, &owner)) }?
         } else {
-            let (host_node, memory) = copy::device_to_host(&self.node, device, self.storage.sync_event)?;
+            let (host_node, memory) =
+                copy::device_to_host(&self.node, device, self.storage.sync_event)?;
             let base = memory.as_ptr() as usize;
             // SAFETY: every buffer of `host_node` lies inside `memory`, which
             // each slice keeps alive.
-            unsafe { host_node.to_array_data(&mut |b: RawBuf| memory.slice_with_length(b.ptr as usize - base, b.len)) }?
+            unsafe {
+                host_node.to_array_data(&mut |b: RawBuf| {
+                    memory.slice_with_length(b.ptr as usize - base, b.len)
+                })
+            }?
         };
         Ok(make_array(data))
     }
@@ -316,17 +375,29 @@ impl DeviceArray {
     /// metadata comes from the struct's field metadata.
     pub fn to_record_batch(&self) -> Result<RecordBatch> {
         let DataType::Struct(fields) = self.data_type() else {
-            return Err(Error::NotSupported(format!("a record batch needs a struct array, found {}", self.data_type())));
+            return Err(Error::NotSupported(format!(
+                "a record batch needs a struct array, found {}",
+                self.data_type()
+            )));
         };
         let array = self.to_host()?;
         let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {
             return Err(Error::NotSupported("struct array expected".into()));
         };
         if struct_array.null_count() > 0 {
-            return Err(Error::invalid(&Path::root(), "a record batch cannot have top-level nulls"));
+            return Err(Error::invalid(
+                &Path::root(),
+                "a record batch cannot have top-level nulls",
+            ));
         }
-        let schema = Arc::new(Schema::new_with_metadata(fields.clone(), self.field.metadata().clone()));
-        Ok(RecordBatch::try_new(schema, struct_array.columns().to_vec())?)
+        let schema = Arc::new(Schema::new_with_metadata(
+            fields.clone(),
+            self.field.metadata().clone(),
+        ));
+        Ok(RecordBatch::try_new(
+            schema,
+            struct_array.columns().to_vec(),
+        )?)
     }
 
     /// Copies the array onto `device` (directly between devices of one type,
@@ -341,14 +412,21 @@ impl DeviceArray {
                 self.storage.host_sync(src)?;
                 ((*self.node).clone(), self.storage.clone())
             } else {
-                let (node, memory) = copy::device_to_host(&self.node, src, self.storage.sync_event)?;
+                let (node, memory) =
+                    copy::device_to_host(&self.node, src, self.storage.sync_event)?;
                 (node, Arc::new(memory))
             };
             return Ok(self.with_storage(node, device.clone(), std::ptr::null_mut(), keep));
         }
         let src_keep: KeepAlive = self.storage.clone();
-        let copied = copy::device_to_device(&self.node, src, self.storage.sync_event, src_keep, device)?;
-        Ok(self.with_storage(copied.node, copied.device, copied.sync_event, copied.keep_alive))
+        let copied =
+            copy::device_to_device(&self.node, src, self.storage.sync_event, src_keep, device)?;
+        Ok(self.with_storage(
+            copied.node,
+            copied.device,
+            copied.sync_event,
+            copied.keep_alive,
+        ))
     }
 
     /// Exports this array (zero-copy) as a new pair of C structs that keep it
@@ -357,10 +435,19 @@ impl DeviceArray {
         let device = self.require_device()?;
         let schema = FFI_ArrowSchema::try_from(self.field.as_ref())?;
         let keep: KeepAlive = self.storage.clone();
-        Ok((export_node(&self.node, keep, device.as_ref(), self.storage.sync_event), schema))
+        Ok((
+            export_node(&self.node, keep, device.as_ref(), self.storage.sync_event),
+            schema,
+        ))
     }
 
-    fn with_storage(&self, node: Node, device: DeviceRef, sync_event: *mut c_void, keep: KeepAlive) -> DeviceArray {
+    fn with_storage(
+        &self,
+        node: Node,
+        device: DeviceRef,
+        sync_event: *mut c_void,
+        keep: KeepAlive,
+    ) -> DeviceArray {
         let host_synced = device.is_cpu_accessible() && sync_event.is_null();
         let storage = Arc::new(Storage {
             device_type: device.device_type(),
@@ -371,7 +458,11 @@ impl DeviceArray {
             sizes_known: true,
             _keep: keep,
         });
-        DeviceArray { storage, node: Arc::new(node), field: self.field.clone() }
+        DeviceArray {
+            storage,
+            node: Arc::new(node),
+            field: self.field.clone(),
+        }
     }
 
     fn require_device(&self) -> Result<&DeviceRef> {
@@ -385,7 +476,12 @@ impl DeviceArray {
 
     /// Full validation of values on CPU-accessible memory (Full level).
     fn validate_full(&self) -> Result<()> {
-        let Some(device) = self.storage.device.as_ref().filter(|d| d.is_cpu_accessible()) else {
+        let Some(device) = self
+            .storage
+            .device
+            .as_ref()
+            .filter(|d| d.is_cpu_accessible())
+        else {
             return Ok(());
         };
         self.storage.host_sync(device)?;
@@ -421,4 +517,3 @@ impl fmt::Debug for DeviceArray {
             .finish()
     }
 }
-

@@ -52,7 +52,10 @@ pub fn export_array(array: &dyn Array) -> Result<(ArrowDeviceArray, FFI_ArrowSch
 
 /// Exports `array` onto `device`, copying its buffers there (zero-copy when
 /// `device` is the CPU).
-pub fn export_array_to(array: &dyn Array, device: &DeviceRef) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
+pub fn export_array_to(
+    array: &dyn Array,
+    device: &DeviceRef,
+) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = FFI_ArrowSchema::try_from(Field::new("", array.data_type().clone(), true))?;
     Ok((export_data_to(array.to_data(), device)?, schema))
 }
@@ -61,13 +64,22 @@ pub fn export_array_to(array: &dyn Array, device: &DeviceRef) -> Result<(ArrowDe
 /// metadata travels as the struct's metadata.
 pub fn export_record_batch(batch: &RecordBatch) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = FFI_ArrowSchema::try_from(batch.schema_ref().as_ref())?;
-    Ok((export_cpu(StructArray::from(batch.clone()).into_data()), schema))
+    Ok((
+        export_cpu(StructArray::from(batch.clone()).into_data()),
+        schema,
+    ))
 }
 
 /// Exports `batch` as a struct array onto `device`.
-pub fn export_record_batch_to(batch: &RecordBatch, device: &DeviceRef) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
+pub fn export_record_batch_to(
+    batch: &RecordBatch,
+    device: &DeviceRef,
+) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = FFI_ArrowSchema::try_from(batch.schema_ref().as_ref())?;
-    Ok((export_data_to(StructArray::from(batch.clone()).into_data(), device)?, schema))
+    Ok((
+        export_data_to(StructArray::from(batch.clone()).into_data(), device)?,
+        schema,
+    ))
 }
 
 fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArray> {
@@ -78,7 +90,12 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
     let node = Node::from_array_data(&data, &mut extra);
     let sources: KeepAlive = Arc::new((data, extra));
     let copied = copy::host_to_device(&node, sources, device)?;
-    Ok(export_node(&copied.node, copied.keep_alive, copied.device.as_ref(), copied.sync_event))
+    Ok(export_node(
+        &copied.node,
+        copied.keep_alive,
+        copied.device.as_ref(),
+        copied.sync_event,
+    ))
 }
 
 fn export_cpu(data: ArrayData) -> ArrowDeviceArray {
@@ -115,7 +132,11 @@ struct PrivateData {
 }
 
 fn export_struct(node: &Node, keep: &KeepAlive) -> raw::ArrowArray {
-    let mut buffers: Vec<*const c_void> = node.buffers.iter().map(|b| b.ptr.cast::<c_void>()).collect();
+    let mut buffers: Vec<*const c_void> = node
+        .buffers
+        .iter()
+        .map(|b| b.ptr.cast::<c_void>())
+        .collect();
     let variadic_sizes: Box<[i64]> = if layout::is_view(&node.data_type) {
         node.buffers[2..].iter().map(|b| b.len as i64).collect()
     } else {
@@ -124,8 +145,11 @@ fn export_struct(node: &Node, keep: &KeepAlive) -> raw::ArrowArray {
     if layout::is_view(&node.data_type) {
         buffers.push(variadic_sizes.as_ptr().cast());
     }
-    let children: Box<[*mut raw::ArrowArray]> =
-        node.children.iter().map(|c| Box::into_raw(Box::new(export_struct(c, keep)))).collect();
+    let children: Box<[*mut raw::ArrowArray]> = node
+        .children
+        .iter()
+        .map(|c| Box::into_raw(Box::new(export_struct(c, keep))))
+        .collect();
     let dictionary = match &node.dictionary {
         Some(d) => Box::into_raw(Box::new(export_struct(d, keep))),
         None => std::ptr::null_mut(),
@@ -163,14 +187,20 @@ unsafe extern "C" fn release_struct(array: *mut raw::ArrowArray) {
     // is swallowed after the struct is marked released.
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the consumer passes the struct we exported (or a moved copy).
-        let Some(array) = (unsafe { array.as_mut() }) else { return };
+        let Some(array) = (unsafe { array.as_mut() }) else {
+            return;
+        };
         if array.release.is_none() || array.private_data.is_null() {
             return;
         }
         // SAFETY: private_data was produced by Box::into_raw in export_struct
         // and is taken back exactly once (release is cleared below).
         let private = unsafe { Box::from_raw(array.private_data.cast::<PrivateData>()) };
-        for &child in private.children.iter().chain(std::iter::once(&private.dictionary)) {
+        for &child in private
+            .children
+            .iter()
+            .chain(std::iter::once(&private.dictionary))
+        {
             if child.is_null() {
                 continue;
             }
@@ -188,4 +218,3 @@ unsafe extern "C" fn release_struct(array: *mut raw::ArrowArray) {
         array.private_data = std::ptr::null_mut();
     }));
 }
-

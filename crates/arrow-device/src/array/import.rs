@@ -42,7 +42,11 @@ pub(crate) struct Importer<'d> {
 
 impl<'d> Importer<'d> {
     pub(crate) fn new(level: ValidationLevel, device: Option<&'d DeviceRef>) -> Self {
-        Self { level, device, reads: Vec::new() }
+        Self {
+            level,
+            device,
+            reads: Vec::new(),
+        }
     }
 
     /// Walks and validates the tree, then resolves data-dependent sizes.
@@ -74,27 +78,45 @@ impl<'d> Importer<'d> {
 
     /// # Safety
     /// As for [`Importer::import`].
-    unsafe fn walk(&mut self, array: &raw::ArrowArray, data_type: &DataType, path: &Path<'_>, depth: usize) -> Result<Node> {
+    unsafe fn walk(
+        &mut self,
+        array: &raw::ArrowArray,
+        data_type: &DataType,
+        path: &Path<'_>,
+        depth: usize,
+    ) -> Result<Node> {
         if depth > MAX_DEPTH {
-            return Err(Error::invalid(path, format!("array nesting deeper than {MAX_DEPTH} levels")));
+            return Err(Error::invalid(
+                path,
+                format!("array nesting deeper than {MAX_DEPTH} levels"),
+            ));
         }
         if array.release.is_none() {
-            return Err(Error::invalid(path, "struct was released (release is NULL)"));
+            return Err(Error::invalid(
+                path,
+                "struct was released (release is NULL)",
+            ));
         }
         let len = non_negative(array.length, "length", path)?;
         let offset = non_negative(array.offset, "offset", path)?;
-        let slots = len
-            .checked_add(offset)
-            .ok_or_else(|| Error::invalid(path, format!("offset {offset} + length {len} overflows")))?;
+        let slots = len.checked_add(offset).ok_or_else(|| {
+            Error::invalid(path, format!("offset {offset} + length {len} overflows"))
+        })?;
         let null_count = match array.null_count {
             -1 => None,
             n if n < -1 => {
-                return Err(Error::invalid(path, format!("null_count is {n}, expected -1 (unknown) or >= 0")));
+                return Err(Error::invalid(
+                    path,
+                    format!("null_count is {n}, expected -1 (unknown) or >= 0"),
+                ));
             }
             n => {
                 let n = n as usize;
                 if n > len {
-                    return Err(Error::invalid(path, format!("null_count {n} exceeds length {len}")));
+                    return Err(Error::invalid(
+                        path,
+                        format!("null_count {n} exceeds length {len}"),
+                    ));
                 }
                 Some(n)
             }
@@ -104,17 +126,30 @@ impl<'d> Importer<'d> {
         let is_view = layout::is_view(data_type);
         let n_buffers = array.n_buffers;
         let expected_buffers = kinds.len() as i64;
-        let buffer_count_ok = if is_view { n_buffers > expected_buffers } else { n_buffers == expected_buffers };
+        let buffer_count_ok = if is_view {
+            n_buffers > expected_buffers
+        } else {
+            n_buffers == expected_buffers
+        };
         if !buffer_count_ok {
             let expected = if is_view {
-                format!("at least {} (validity, views, variadic sizes)", expected_buffers + 1)
+                format!(
+                    "at least {} (validity, views, variadic sizes)",
+                    expected_buffers + 1
+                )
             } else {
                 expected_buffers.to_string()
             };
-            return Err(Error::invalid(path, format!("n_buffers is {n_buffers}, expected {expected} for {data_type}")));
+            return Err(Error::invalid(
+                path,
+                format!("n_buffers is {n_buffers}, expected {expected} for {data_type}"),
+            ));
         }
         if n_buffers > 0 && array.buffers.is_null() {
-            return Err(Error::invalid(path, format!("buffers is NULL but n_buffers is {n_buffers}")));
+            return Err(Error::invalid(
+                path,
+                format!("buffers is NULL but n_buffers is {n_buffers}"),
+            ));
         }
         let raw_buffers: &[*const c_void] = if n_buffers > 0 {
             // SAFETY: non-NULL and the producer promises n_buffers entries.
@@ -127,18 +162,32 @@ impl<'d> Importer<'d> {
         if array.n_children != expected_children as i64 {
             return Err(Error::invalid(
                 path,
-                format!("n_children is {}, expected {expected_children} for {data_type}", array.n_children),
+                format!(
+                    "n_children is {}, expected {expected_children} for {data_type}",
+                    array.n_children
+                ),
             ));
         }
         if expected_children > 0 && array.children.is_null() {
-            return Err(Error::invalid(path, format!("children is NULL but n_children is {expected_children}")));
+            return Err(Error::invalid(
+                path,
+                format!("children is NULL but n_children is {expected_children}"),
+            ));
         }
         let is_dictionary = matches!(data_type, DataType::Dictionary(_, _));
         if is_dictionary && array.dictionary.is_null() {
-            return Err(Error::invalid(path, "dictionary is NULL but the schema is dictionary-encoded"));
+            return Err(Error::invalid(
+                path,
+                "dictionary is NULL but the schema is dictionary-encoded",
+            ));
         }
         if !is_dictionary && !array.dictionary.is_null() {
-            return Err(Error::invalid(path, format!("dictionary is set but the schema says {data_type}, not dictionary-encoded")));
+            return Err(Error::invalid(
+                path,
+                format!(
+                    "dictionary is set but the schema says {data_type}, not dictionary-encoded"
+                ),
+            ));
         }
 
         let mut node = Node {
@@ -158,37 +207,60 @@ impl<'d> Importer<'d> {
             let buffer_path = path.buffer(i);
             let size = match kind {
                 BufferKind::Data => 0, // resolved from the last offset
-                _ => layout::buffer_size(data_type, *kind, slots)
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            &buffer_path,
-                            format!("size for {slots} slots (offset {offset} + length {len}) overflows"),
-                        )
-                    })?,
+                _ => layout::buffer_size(data_type, *kind, slots).ok_or_else(|| {
+                    Error::invalid(
+                        &buffer_path,
+                        format!(
+                            "size for {slots} slots (offset {offset} + length {len}) overflows"
+                        ),
+                    )
+                })?,
             };
             match kind {
                 BufferKind::Validity => {
                     if ptr.is_null() && null_count.is_some_and(|n| n > 0) && checks {
                         return Err(Error::invalid(
                             &buffer_path,
-                            format!("validity buffer is NULL but null_count is {}", null_count.unwrap_or(0)),
+                            format!(
+                                "validity buffer is NULL but null_count is {}",
+                                null_count.unwrap_or(0)
+                            ),
                         ));
                     }
                 }
                 BufferKind::Offsets(w) => {
                     if ptr.is_null() {
                         if slots > 0 {
-                            return Err(Error::invalid(&buffer_path, format!("offsets buffer is NULL, expected {size} bytes")));
+                            return Err(Error::invalid(
+                                &buffer_path,
+                                format!("offsets buffer is NULL, expected {size} bytes"),
+                            ));
                         }
-                    } else if matches!(data_type, DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary)
-                        || self.level >= ValidationLevel::Default
+                    } else if matches!(
+                        data_type,
+                        DataType::Utf8
+                            | DataType::Binary
+                            | DataType::LargeUtf8
+                            | DataType::LargeBinary
+                    ) || self.level >= ValidationLevel::Default
                     {
                         let first = self.reads.len();
                         // SAFETY: pointer arithmetic only; the read happens
                         // through the device (or after the event on the host).
-                        self.reads.push(Read { ptr: ptr.wrapping_add(offset * w), width: *w, host: false });
-                        self.reads.push(Read { ptr: ptr.wrapping_add(slots * w), width: *w, host: false });
-                        node.pending = Pending::Offsets { first, last: first + 1 };
+                        self.reads.push(Read {
+                            ptr: ptr.wrapping_add(offset * w),
+                            width: *w,
+                            host: false,
+                        });
+                        self.reads.push(Read {
+                            ptr: ptr.wrapping_add(slots * w),
+                            width: *w,
+                            host: false,
+                        });
+                        node.pending = Pending::Offsets {
+                            first,
+                            last: first + 1,
+                        };
                     }
                 }
                 BufferKind::Data => {}
@@ -196,12 +268,18 @@ impl<'d> Importer<'d> {
                     if ptr.is_null() && size > 0 {
                         return Err(Error::invalid(
                             &buffer_path,
-                            format!("{} buffer is NULL, expected {size} bytes", layout::buffer_name(data_type, i)),
+                            format!(
+                                "{} buffer is NULL, expected {size} bytes",
+                                layout::buffer_name(data_type, i)
+                            ),
                         ));
                     }
                 }
             }
-            node.buffers.push(RawBuf { ptr, len: if ptr.is_null() { 0 } else { size } });
+            node.buffers.push(RawBuf {
+                ptr,
+                len: if ptr.is_null() { 0 } else { size },
+            });
         }
         if is_view {
             let n_variadic = raw_buffers.len() - kinds.len() - 1;
@@ -212,14 +290,26 @@ impl<'d> Importer<'d> {
                     format!("variadic sizes buffer is NULL, expected {n_variadic} sizes"),
                 ));
             }
-            let host = self.device.is_some_and(|d| d.is_host_readable(sizes_ptr, n_variadic * 8));
+            let host = self
+                .device
+                .is_some_and(|d| d.is_host_readable(sizes_ptr, n_variadic * 8));
             let start = self.reads.len();
             for j in 0..n_variadic {
-                node.buffers.push(RawBuf { ptr: raw_buffers[kinds.len() + j].cast(), len: 0 });
-                self.reads.push(Read { ptr: sizes_ptr.wrapping_add(j * 8), width: 8, host });
+                node.buffers.push(RawBuf {
+                    ptr: raw_buffers[kinds.len() + j].cast(),
+                    len: 0,
+                });
+                self.reads.push(Read {
+                    ptr: sizes_ptr.wrapping_add(j * 8),
+                    width: 8,
+                    host,
+                });
             }
             if n_variadic > 0 {
-                node.pending = Pending::Variadic { start, count: n_variadic };
+                node.pending = Pending::Variadic {
+                    start,
+                    count: n_variadic,
+                };
             }
         }
 
@@ -261,9 +351,15 @@ impl<'d> Importer<'d> {
                         DataType::Int32 => 4,
                         _ => 8,
                     };
-                    let last = run_ends.buffers[1].ptr.wrapping_add((run_ends.slots() - 1) * w);
+                    let last = run_ends.buffers[1]
+                        .ptr
+                        .wrapping_add((run_ends.slots() - 1) * w);
                     let read = self.reads.len();
-                    self.reads.push(Read { ptr: last, width: w, host: false });
+                    self.reads.push(Read {
+                        ptr: last,
+                        width: w,
+                        host: false,
+                    });
                     node.pending = Pending::LastRunEnd { read };
                 }
             }
@@ -322,7 +418,8 @@ impl<'d> Importer<'d> {
 }
 
 fn non_negative(value: i64, what: &str, path: &Path<'_>) -> Result<usize> {
-    usize::try_from(value).map_err(|_| Error::invalid(path, format!("{what} is {value}, expected >= 0")))
+    usize::try_from(value)
+        .map_err(|_| Error::invalid(path, format!("{what} is {value}, expected >= 0")))
 }
 
 /// The (name, type) of each child in C order.
@@ -334,10 +431,19 @@ fn child_types(data_type: &DataType) -> Vec<(&str, &DataType)> {
         | DataType::LargeListView(f)
         | DataType::FixedSizeList(f, _)
         | DataType::Map(f, _) => vec![(f.name().as_str(), f.data_type())],
-        DataType::Struct(fields) => fields.iter().map(|f| (f.name().as_str(), f.data_type())).collect(),
-        DataType::Union(fields, _) => fields.iter().map(|(_, f)| (f.name().as_str(), f.data_type())).collect(),
+        DataType::Struct(fields) => fields
+            .iter()
+            .map(|f| (f.name().as_str(), f.data_type()))
+            .collect(),
+        DataType::Union(fields, _) => fields
+            .iter()
+            .map(|(_, f)| (f.name().as_str(), f.data_type()))
+            .collect(),
         DataType::RunEndEncoded(r, v) => {
-            vec![(r.name().as_str(), r.data_type()), (v.name().as_str(), v.data_type())]
+            vec![
+                (r.name().as_str(), r.data_type()),
+                (v.name().as_str(), v.data_type()),
+            ]
         }
         _ => Vec::new(),
     }
@@ -351,8 +457,18 @@ fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
         if child.len < needed {
             let names = child_types(&node.data_type);
             let name = names.get(i).map(|(n, _)| *n);
-            let p = if is_struct { path.field(i, name) } else { path.child(i, name) };
-            return Err(Error::invalid(&p, format!("child has length {}, expected at least {needed} ({why})", child.len)));
+            let p = if is_struct {
+                path.field(i, name)
+            } else {
+                path.child(i, name)
+            };
+            return Err(Error::invalid(
+                &p,
+                format!(
+                    "child has length {}, expected at least {needed} ({why})",
+                    child.len
+                ),
+            ));
         }
         Ok(())
     };
@@ -369,14 +485,22 @@ fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
         }
         DataType::FixedSizeList(_, size) => {
             let needed = slots.saturating_mul(usize::try_from(*size).unwrap_or(0));
-            need(&node.children[0], 0, needed, "offset + length times the list size")?;
+            need(
+                &node.children[0],
+                0,
+                needed,
+                "offset + length times the list size",
+            )?;
         }
         DataType::RunEndEncoded(_, _) => {
             let (run_ends, values) = (&node.children[0], &node.children[1]);
             if run_ends.len != values.len {
                 return Err(Error::invalid(
                     path,
-                    format!("run_ends has length {} but values has length {}, expected equal", run_ends.len, values.len),
+                    format!(
+                        "run_ends has length {} but values has length {}, expected equal",
+                        run_ends.len, values.len
+                    ),
                 ));
             }
             if run_ends.null_count.is_some_and(|n| n > 0) {
@@ -385,7 +509,10 @@ fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
                 return Err(Error::invalid(&p, "run ends must not contain nulls"));
             }
             if slots > 0 && run_ends.len == 0 {
-                return Err(Error::invalid(path, format!("run_ends is empty but the array covers {slots} slots")));
+                return Err(Error::invalid(
+                    path,
+                    format!("run_ends is empty but the array covers {slots} slots"),
+                ));
             }
         }
         _ => {}
@@ -401,12 +528,18 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
             let (first, last) = (values[first], values[last]);
             let offsets_path = path.buffer(1);
             if first < 0 || last < 0 {
-                return Err(Error::invalid(&offsets_path, format!("offsets are negative (first {first}, last {last})")));
+                return Err(Error::invalid(
+                    &offsets_path,
+                    format!("offsets are negative (first {first}, last {last})"),
+                ));
             }
             // Checked at every level: arrow-rs slices data by these offsets
             // without checks, so accepting them would not be memory-safe.
             if last < first {
-                return Err(Error::invalid(&offsets_path, format!("offsets decrease: first offset {first} > last offset {last}")));
+                return Err(Error::invalid(
+                    &offsets_path,
+                    format!("offsets decrease: first offset {first} > last offset {last}"),
+                ));
             }
             node.first_last = Some((first, last));
             let last = last as usize;
@@ -414,7 +547,10 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                 DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
                     let data = &mut node.buffers[2];
                     if data.ptr.is_null() && last > 0 {
-                        return Err(Error::invalid(&path.buffer(2), format!("data buffer is NULL, expected {last} bytes")));
+                        return Err(Error::invalid(
+                            &path.buffer(2),
+                            format!("data buffer is NULL, expected {last} bytes"),
+                        ));
                     }
                     data.len = if data.ptr.is_null() { 0 } else { last };
                 }
@@ -424,7 +560,10 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                         let names = child_types(&node.data_type);
                         return Err(Error::invalid(
                             &path.child(0, names.first().map(|(n, _)| *n)),
-                            format!("child has length {}, expected at least {last} (the last offset)", child.len),
+                            format!(
+                                "child has length {}, expected at least {last} (the last offset)",
+                                child.len
+                            ),
                         ));
                     }
                 }
@@ -435,11 +574,17 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                 let size = values[start + j];
                 let buffer_path = path.buffer(2 + j);
                 let Ok(size) = usize::try_from(size) else {
-                    return Err(Error::invalid(&buffer_path, format!("variadic buffer size is {size}, expected >= 0")));
+                    return Err(Error::invalid(
+                        &buffer_path,
+                        format!("variadic buffer size is {size}, expected >= 0"),
+                    ));
                 };
                 let buffer = &mut node.buffers[2 + j];
                 if buffer.ptr.is_null() && size > 0 {
-                    return Err(Error::invalid(&buffer_path, format!("variadic data buffer is NULL, expected {size} bytes")));
+                    return Err(Error::invalid(
+                        &buffer_path,
+                        format!("variadic data buffer is NULL, expected {size} bytes"),
+                    ));
                 }
                 buffer.len = if buffer.ptr.is_null() { 0 } else { size };
             }
@@ -450,7 +595,10 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                 let names = child_types(&node.data_type);
                 return Err(Error::invalid(
                     &path.child(0, names.first().map(|(n, _)| *n)),
-                    format!("last run end is {last}, expected at least {} (offset + length)", node.slots()),
+                    format!(
+                        "last run end is {last}, expected at least {} (offset + length)",
+                        node.slots()
+                    ),
                 ));
             }
         }
@@ -459,8 +607,11 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
     let names = child_types(&data_type);
     for (i, child) in node.children.iter_mut().enumerate() {
         let name = names.get(i).map(|(n, _)| *n);
-        let child_path =
-            if matches!(data_type, DataType::Struct(_)) { path.field(i, name) } else { path.child(i, name) };
+        let child_path = if matches!(data_type, DataType::Struct(_)) {
+            path.field(i, name)
+        } else {
+            path.child(i, name)
+        };
         resolve(child, values, level, &child_path)?;
     }
     if let Some(dictionary) = &mut node.dictionary {

@@ -51,9 +51,8 @@ pub(crate) fn buffer_kinds(data_type: &DataType) -> &'static [BufferKind] {
         | DataType::Duration(_)
         | DataType::Decimal64(_, _)
         | DataType::Interval(arrow_schema::IntervalUnit::DayTime) => &[Validity, Fixed(8)],
-        DataType::Decimal128(_, _) | DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano) => {
-            &[Validity, Fixed(16)]
-        }
+        DataType::Decimal128(_, _)
+        | DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano) => &[Validity, Fixed(16)],
         DataType::Decimal256(_, _) => &[Validity, Fixed(32)],
         DataType::FixedSizeBinary(_) => &[Validity, Fixed(0)],
         DataType::Utf8 | DataType::Binary => &[Validity, Offsets(4), Data],
@@ -121,11 +120,12 @@ pub(crate) fn buffer_size(data_type: &DataType, kind: BufferKind, slots: usize) 
 
 /// A short name for buffer `index` of `data_type`, used in error messages.
 pub(crate) fn buffer_name(data_type: &DataType, index: usize) -> &'static str {
-    let Some(kind) = buffer_kinds(data_type).get(index) else { return "variadic data" };
+    let Some(kind) = buffer_kinds(data_type).get(index) else {
+        return "variadic data";
+    };
     match (data_type, index) {
-        (DataType::Union(_, UnionMode::Dense), 1) | (DataType::ListView(_) | DataType::LargeListView(_), 1) => {
-            return "offsets"
-        }
+        (DataType::Union(_, UnionMode::Dense), 1)
+        | (DataType::ListView(_) | DataType::LargeListView(_), 1) => return "offsets",
         (DataType::ListView(_) | DataType::LargeListView(_), 2) => return "sizes",
         (DataType::Utf8View | DataType::BinaryView, 1) => return "views",
         (DataType::Dictionary(_, _), 1) => return "indices",
@@ -161,10 +161,19 @@ mod tests {
             (DataType::ListView(item.clone()), 3),
             (DataType::FixedSizeList(item.clone(), 3), 1),
             (DataType::Struct(Fields::empty()), 1),
-            (DataType::Union(arrow_schema::UnionFields::empty(), UnionMode::Sparse), 1),
-            (DataType::Union(arrow_schema::UnionFields::empty(), UnionMode::Dense), 2),
+            (
+                DataType::Union(arrow_schema::UnionFields::empty(), UnionMode::Sparse),
+                1,
+            ),
+            (
+                DataType::Union(arrow_schema::UnionFields::empty(), UnionMode::Dense),
+                2,
+            ),
             (DataType::RunEndEncoded(item.clone(), item.clone()), 0),
-            (DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)), 2),
+            (
+                DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)),
+                2,
+            ),
         ];
         for (t, n) in cases {
             assert_eq!(buffer_kinds(&t).len(), n, "{t}");
@@ -173,11 +182,26 @@ mod tests {
 
     #[test]
     fn sizes_cover_offset_plus_length_slots() {
-        assert_eq!(buffer_size(&DataType::Int32, BufferKind::Validity, 9), Some(2));
-        assert_eq!(buffer_size(&DataType::Int32, BufferKind::Fixed(4), 9), Some(36));
-        assert_eq!(buffer_size(&DataType::FixedSizeBinary(5), BufferKind::Fixed(0), 3), Some(15));
-        assert_eq!(buffer_size(&DataType::Utf8, BufferKind::Offsets(4), 3), Some(16));
+        assert_eq!(
+            buffer_size(&DataType::Int32, BufferKind::Validity, 9),
+            Some(2)
+        );
+        assert_eq!(
+            buffer_size(&DataType::Int32, BufferKind::Fixed(4), 9),
+            Some(36)
+        );
+        assert_eq!(
+            buffer_size(&DataType::FixedSizeBinary(5), BufferKind::Fixed(0), 3),
+            Some(15)
+        );
+        assert_eq!(
+            buffer_size(&DataType::Utf8, BufferKind::Offsets(4), 3),
+            Some(16)
+        );
         assert_eq!(buffer_size(&DataType::Utf8, BufferKind::Data, 3), None);
-        assert_eq!(buffer_size(&DataType::Int64, BufferKind::Fixed(8), usize::MAX), None);
+        assert_eq!(
+            buffer_size(&DataType::Int64, BufferKind::Fixed(8), usize::MAX),
+            None
+        );
     }
 }

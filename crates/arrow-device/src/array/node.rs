@@ -14,7 +14,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_buffer::{Buffer, BooleanBufferBuilder, MutableBuffer, NullBuffer};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, MutableBuffer, NullBuffer};
 use arrow_data::{ArrayData, ArrayDataBuilder};
 use arrow_schema::DataType;
 
@@ -29,10 +29,16 @@ pub(crate) struct RawBuf {
 }
 
 impl RawBuf {
-    pub(crate) const NULL: RawBuf = RawBuf { ptr: std::ptr::null(), len: 0 };
+    pub(crate) const NULL: RawBuf = RawBuf {
+        ptr: std::ptr::null(),
+        len: 0,
+    };
 
     fn of(buffer: &Buffer) -> RawBuf {
-        RawBuf { ptr: buffer.as_ptr(), len: buffer.len() }
+        RawBuf {
+            ptr: buffer.as_ptr(),
+            len: buffer.len(),
+        }
     }
 }
 
@@ -117,7 +123,10 @@ impl Node {
     /// would need the data. Struct, sparse-union and fixed-size-list children
     /// are indexed by the parent's slots and are narrowed with it.
     pub(crate) fn trimmed(&self) -> Node {
-        if matches!(self.data_type, DataType::Null | DataType::RunEndEncoded(_, _)) {
+        if matches!(
+            self.data_type,
+            DataType::Null | DataType::RunEndEncoded(_, _)
+        ) {
             return self.clone();
         }
         let new_offset = self.offset % 8;
@@ -130,23 +139,32 @@ impl Node {
             .enumerate()
             .map(|(i, b)| match kinds.get(i) {
                 _ if b.ptr.is_null() => *b,
-                Some(kind @ (BufferKind::Validity | BufferKind::Bits)) => narrow(*b, start / 8, &self.data_type, *kind, slots),
+                Some(kind @ (BufferKind::Validity | BufferKind::Bits)) => {
+                    narrow(*b, start / 8, &self.data_type, *kind, slots)
+                }
                 Some(kind @ (BufferKind::Fixed(_) | BufferKind::TypeIds)) => {
                     let width = layout::buffer_size(&self.data_type, *kind, 1).unwrap_or(0);
                     narrow(*b, start * width, &self.data_type, *kind, slots)
                 }
-                Some(kind @ BufferKind::Offsets(width)) => narrow(*b, start * width, &self.data_type, *kind, slots),
+                Some(kind @ BufferKind::Offsets(width)) => {
+                    narrow(*b, start * width, &self.data_type, *kind, slots)
+                }
                 // Data and variadic buffers are addressed by values.
                 _ => *b,
             })
             .collect();
         let children = match &self.data_type {
-            DataType::Struct(_) | DataType::Union(_, arrow_schema::UnionMode::Sparse) => {
-                self.children.iter().map(|c| c.window(start, slots)).collect()
-            }
+            DataType::Struct(_) | DataType::Union(_, arrow_schema::UnionMode::Sparse) => self
+                .children
+                .iter()
+                .map(|c| c.window(start, slots))
+                .collect(),
             DataType::FixedSizeList(_, size) => {
                 let size = usize::try_from(*size).unwrap_or(0);
-                self.children.iter().map(|c| c.window(start * size, slots * size)).collect()
+                self.children
+                    .iter()
+                    .map(|c| c.window(start * size, slots * size))
+                    .collect()
             }
             _ => self.children.clone(),
         };
@@ -170,7 +188,11 @@ impl Node {
         node.len = len.min(self.len.saturating_sub(skip));
         if node.len != self.len {
             // The count of the window is unknown without reading the bitmap.
-            node.null_count = if self.null_count == Some(0) { Some(0) } else { None };
+            node.null_count = if self.null_count == Some(0) {
+                Some(0)
+            } else {
+                None
+            };
         }
         node.trimmed()
     }
@@ -188,9 +210,17 @@ impl Node {
         let (children, dictionary) = match data_type {
             DataType::Dictionary(_, _) => (
                 Vec::new(),
-                data.child_data().first().map(|d| Box::new(Node::from_array_data(d, extra))),
+                data.child_data()
+                    .first()
+                    .map(|d| Box::new(Node::from_array_data(d, extra))),
             ),
-            _ => (data.child_data().iter().map(|c| Node::from_array_data(c, extra)).collect(), None),
+            _ => (
+                data.child_data()
+                    .iter()
+                    .map(|c| Node::from_array_data(c, extra))
+                    .collect(),
+                None,
+            ),
         };
         let null_count = match data_type {
             // As the IPC format does, a null array reports all slots null.
@@ -220,7 +250,10 @@ impl Node {
     /// Every buffer must be host-readable for its `len` bytes for as long as
     /// the buffers `wrap` returns live, and the tree must have passed import
     /// validation (arrow-rs skips its own).
-    pub(crate) unsafe fn to_array_data(&self, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Result<ArrayData> {
+    pub(crate) unsafe fn to_array_data(
+        &self,
+        wrap: &mut impl FnMut(RawBuf) -> Buffer,
+    ) -> Result<ArrayData> {
         let mut buffers = self.buffers.iter();
         let nulls = if layout::has_validity(&self.data_type) {
             let validity = buffers.next().copied().unwrap_or(RawBuf::NULL);
@@ -240,15 +273,19 @@ impl Node {
             None
         };
         let mut data_buffers: Vec<Buffer> = buffers.map(|b| wrap_or_empty(*b, wrap)).collect();
-        if matches!(self.data_type, DataType::Utf8 | DataType::Binary | DataType::List(_) | DataType::Map(_, _))
-            && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
+        if matches!(
+            self.data_type,
+            DataType::Utf8 | DataType::Binary | DataType::List(_) | DataType::Map(_, _)
+        ) && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
         {
             // A zero-slot array may come without an offsets buffer; arrow-rs
             // wants one offset.
             data_buffers[0] = Buffer::from_slice_ref([0i32]);
         }
-        if matches!(self.data_type, DataType::LargeUtf8 | DataType::LargeBinary | DataType::LargeList(_))
-            && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
+        if matches!(
+            self.data_type,
+            DataType::LargeUtf8 | DataType::LargeBinary | DataType::LargeList(_)
+        ) && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
         {
             data_buffers[0] = Buffer::from_slice_ref([0i64]);
         }
@@ -286,10 +323,15 @@ fn wrap_or_empty(buffer: RawBuf, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Buf
 ///
 /// # Safety
 /// `buffer` must be host-readable for `len` bytes while `owner` lives.
-pub(crate) unsafe fn wrap_owned(buffer: RawBuf, owner: &Arc<dyn arrow_buffer::alloc::Allocation>) -> Buffer {
+pub(crate) unsafe fn wrap_owned(
+    buffer: RawBuf,
+    owner: &Arc<dyn arrow_buffer::alloc::Allocation>,
+) -> Buffer {
     match NonNull::new(buffer.ptr.cast_mut()) {
         // SAFETY: guaranteed by the caller.
-        Some(ptr) if buffer.len > 0 => unsafe { Buffer::from_custom_allocation(ptr, buffer.len, owner.clone()) },
+        Some(ptr) if buffer.len > 0 => unsafe {
+            Buffer::from_custom_allocation(ptr, buffer.len, owner.clone())
+        },
         _ => Buffer::from(MutableBuffer::new(0)),
     }
 }
@@ -309,7 +351,10 @@ fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
         let skip = (bit_offset - data.offset()) / 8;
         // SAFETY: `skip` bytes lie inside the bitmap, which covers bit_offset.
         let ptr = unsafe { buffer.as_ptr().add(skip) };
-        return RawBuf { ptr, len: buffer.len() - skip };
+        return RawBuf {
+            ptr,
+            len: buffer.len() - skip,
+        };
     }
     // The bitmap starts at a different bit than the data: copy it so that
     // bit `data.offset()` is slot 0, as the C interface requires.
@@ -323,9 +368,18 @@ fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
 }
 
 /// `buffer` starting `skip` bytes in, sized for `slots` slots of `kind`.
-fn narrow(buffer: RawBuf, skip: usize, data_type: &DataType, kind: BufferKind, slots: usize) -> RawBuf {
+fn narrow(
+    buffer: RawBuf,
+    skip: usize,
+    data_type: &DataType,
+    kind: BufferKind,
+    slots: usize,
+) -> RawBuf {
     let len = layout::buffer_size(data_type, kind, slots).unwrap_or(buffer.len);
     // Never claim more than the producer's buffer holds past `skip`.
     let len = len.min(buffer.len.saturating_sub(skip));
-    RawBuf { ptr: buffer.ptr.wrapping_add(skip), len }
+    RawBuf {
+        ptr: buffer.ptr.wrapping_add(skip),
+        len,
+    }
 }

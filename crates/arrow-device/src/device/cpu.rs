@@ -57,8 +57,13 @@ impl Device for CpuDevice {
     }
 
     fn allocate(&self, len: usize) -> Result<DeviceBuffer> {
-        let layout = Layout::from_size_align(len, ALIGNMENT)
-            .map_err(|e| Error::device(DeviceType::CPU, -1, format!("cannot allocate {len} bytes: {e}")))?;
+        let layout = Layout::from_size_align(len, ALIGNMENT).map_err(|e| {
+            Error::device(
+                DeviceType::CPU,
+                -1,
+                format!("cannot allocate {len} bytes: {e}"),
+            )
+        })?;
         let ptr = if len == 0 {
             // A dangling but aligned, non-null pointer, never dereferenced.
             ALIGNMENT as *mut u8
@@ -66,11 +71,19 @@ impl Device for CpuDevice {
             // SAFETY: the layout has a non-zero size.
             let ptr = unsafe { std::alloc::alloc(layout) };
             if ptr.is_null() {
-                return Err(Error::device(DeviceType::CPU, -1, format!("out of memory allocating {len} bytes")));
+                return Err(Error::device(
+                    DeviceType::CPU,
+                    -1,
+                    format!("out of memory allocating {len} bytes"),
+                ));
             }
             ptr
         };
-        Ok(DeviceBuffer::new(ptr, len, Box::new(HostAllocation { ptr, layout })))
+        Ok(DeviceBuffer::new(
+            ptr,
+            len,
+            Box::new(HostAllocation { ptr, layout }),
+        ))
     }
 
     fn create_stream(&self) -> Result<Stream> {
@@ -89,7 +102,11 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    unsafe fn stream_wait_sync_event(&self, _stream: &Stream, sync_event: *mut c_void) -> Result<()> {
+    unsafe fn stream_wait_sync_event(
+        &self,
+        _stream: &Stream,
+        sync_event: *mut c_void,
+    ) -> Result<()> {
         check_no_event(sync_event)
     }
 
@@ -97,13 +114,25 @@ impl Device for CpuDevice {
         check_no_event(sync_event)
     }
 
-    unsafe fn copy_from_host(&self, src: *const u8, dst: *mut u8, len: usize, _stream: &Stream) -> Result<()> {
+    unsafe fn copy_from_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        _stream: &Stream,
+    ) -> Result<()> {
         // SAFETY: the caller guarantees both ranges are valid host memory.
         unsafe { copy_bytes(src, dst, len) };
         Ok(())
     }
 
-    unsafe fn copy_to_host(&self, src: *const u8, dst: *mut u8, len: usize, _stream: &Stream) -> Result<()> {
+    unsafe fn copy_to_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        _stream: &Stream,
+    ) -> Result<()> {
         // SAFETY: as above.
         unsafe { copy_bytes(src, dst, len) };
         Ok(())

@@ -35,15 +35,20 @@ impl HostAccessibleDevice {
     /// A handle for CPU-accessible memory of `device_type` (`None` for types
     /// whose memory the host cannot read).
     pub fn new(device_type: DeviceType, device_id: i64) -> Option<Self> {
-        (device_type.is_cpu_accessible() && device_type != DeviceType::CPU)
-            .then_some(Self { device_type, device_id })
+        (device_type.is_cpu_accessible() && device_type != DeviceType::CPU).then_some(Self {
+            device_type,
+            device_id,
+        })
     }
 
     fn no_runtime(&self, what: &str) -> Error {
         Error::device(
             self.device_type,
             self.device_id,
-            format!("{what} needs the {} runtime, which is not loaded in this build", self.device_type),
+            format!(
+                "{what} needs the {} runtime, which is not loaded in this build",
+                self.device_type
+            ),
         )
     }
 
@@ -89,7 +94,11 @@ impl Device for HostAccessibleDevice {
         Ok(())
     }
 
-    unsafe fn stream_wait_sync_event(&self, _stream: &Stream, sync_event: *mut c_void) -> Result<()> {
+    unsafe fn stream_wait_sync_event(
+        &self,
+        _stream: &Stream,
+        sync_event: *mut c_void,
+    ) -> Result<()> {
         self.check_event(sync_event)
     }
 
@@ -97,13 +106,25 @@ impl Device for HostAccessibleDevice {
         self.check_event(sync_event)
     }
 
-    unsafe fn copy_from_host(&self, src: *const u8, dst: *mut u8, len: usize, _stream: &Stream) -> Result<()> {
+    unsafe fn copy_from_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        _stream: &Stream,
+    ) -> Result<()> {
         // SAFETY: the memory is host-accessible; validity per the caller.
         unsafe { copy_bytes(src, dst, len) };
         Ok(())
     }
 
-    unsafe fn copy_to_host(&self, src: *const u8, dst: *mut u8, len: usize, _stream: &Stream) -> Result<()> {
+    unsafe fn copy_to_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        _stream: &Stream,
+    ) -> Result<()> {
         // SAFETY: as above.
         unsafe { copy_bytes(src, dst, len) };
         Ok(())
@@ -118,7 +139,10 @@ impl Device for HostAccessibleDevice {
         _stream: &Stream,
     ) -> Result<()> {
         if !src_device.is_cpu_accessible() {
-            return Err(Error::NotSupported(format!("cannot read {} memory from the host", src_device.device_type())));
+            return Err(Error::NotSupported(format!(
+                "cannot read {} memory from the host",
+                src_device.device_type()
+            )));
         }
         // SAFETY: both sides are host-accessible; validity per the caller.
         unsafe { copy_bytes(src, dst, len) };

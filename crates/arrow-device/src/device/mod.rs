@@ -113,7 +113,8 @@ pub trait Device: Send + Sync + fmt::Debug + 'static {
     /// # Safety
     /// `sync_event` must be NULL (no wait) or point to this device type's
     /// event type, valid until this call returns.
-    unsafe fn stream_wait_sync_event(&self, stream: &Stream, sync_event: *mut c_void) -> Result<()>;
+    unsafe fn stream_wait_sync_event(&self, stream: &Stream, sync_event: *mut c_void)
+        -> Result<()>;
 
     /// Blocks the host until a producer's `sync_event` has completed
     /// (`cudaEventSynchronize` for CUDA).
@@ -128,7 +129,13 @@ pub trait Device: Send + Sync + fmt::Debug + 'static {
     /// `src` must be valid for `len` bytes of reads and `dst` a device pointer
     /// of this device valid for `len` bytes of writes, both until the copy has
     /// completed (see the trait's documentation).
-    unsafe fn copy_from_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream) -> Result<()>;
+    unsafe fn copy_from_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()>;
 
     /// Queues a copy of `len` bytes from device memory `src` to host memory `dst`.
     ///
@@ -136,7 +143,13 @@ pub trait Device: Send + Sync + fmt::Debug + 'static {
     /// `src` must be a device pointer of this device valid for `len` bytes of
     /// reads and `dst` host memory valid for `len` bytes of writes, both until
     /// the copy has completed.
-    unsafe fn copy_to_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream) -> Result<()>;
+    unsafe fn copy_to_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()>;
 
     /// Queues a copy of `len` bytes from `src`, memory of `src_device` (this
     /// device or a peer of the same type), to `dst` on this device.
@@ -174,7 +187,11 @@ impl DeviceBuffer {
     /// Wraps memory at `ptr` that `owner` frees when dropped (for device
     /// implementations).
     pub fn new(ptr: *mut u8, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
-        Self { ptr, len, _owner: owner }
+        Self {
+            ptr,
+            len,
+            _owner: owner,
+        }
     }
 
     /// The device pointer.
@@ -195,7 +212,10 @@ impl DeviceBuffer {
 
 impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceBuffer").field("ptr", &self.ptr).field("len", &self.len).finish()
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -256,7 +276,9 @@ impl Event {
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Event").field("sync_event", &self.sync_event).finish()
+        f.debug_struct("Event")
+            .field("sync_event", &self.sync_event)
+            .finish()
     }
 }
 
@@ -298,7 +320,8 @@ pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
         DeviceType::EXT_DEV if device_id >= 0 => {
             emulated::EmulatedDevice::global(device_id).map(|d| d as DeviceRef)
         }
-        _ => host::HostAccessibleDevice::new(device_type, device_id).map(|d| Arc::new(d) as DeviceRef),
+        _ => host::HostAccessibleDevice::new(device_type, device_id)
+            .map(|d| Arc::new(d) as DeviceRef),
     }
 }
 

@@ -15,12 +15,19 @@ pub(crate) fn full(data: &ArrayData, path: &Path<'_>) -> Result<()> {
     // Before arrow-rs' own check, which reports a non-nullable child with
     // nulls without saying which child.
     check_non_nullable_children(data, path)?;
-    data.validate_data().map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
+    data.validate_data()
+        .map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
     if let DataType::Union(fields, _) = data.data_type() {
         let ids = &data.buffers()[0].as_slice()[data.offset()..data.offset() + data.len()];
         for (i, id) in ids.iter().enumerate() {
             if !fields.iter().any(|(declared, _)| declared == *id as i8) {
-                return Err(Error::invalid(&path.buffer(0), format!("type id {} at index {i} is not one of the union's type ids", *id as i8)));
+                return Err(Error::invalid(
+                    &path.buffer(0),
+                    format!(
+                        "type id {} at index {i} is not one of the union's type ids",
+                        *id as i8
+                    ),
+                ));
             }
         }
     }
@@ -61,7 +68,12 @@ fn check_non_nullable_children(data: &ArrayData, path: &Path<'_>) -> Result<()> 
             if let Some(child) = data.child_data().first() {
                 if size > 0 && child.len() >= (data.offset() + data.len()) * size {
                     let child = child.slice(data.offset() * size, data.len() * size);
-                    check_nulls(&child, data.nulls(), size, &path.child(0, Some(field.name())))?;
+                    check_nulls(
+                        &child,
+                        data.nulls(),
+                        size,
+                        &path.child(0, Some(field.name())),
+                    )?;
                 }
             }
         }
@@ -70,13 +82,22 @@ fn check_non_nullable_children(data: &ArrayData, path: &Path<'_>) -> Result<()> 
     Ok(())
 }
 
-fn check_nulls(child: &ArrayData, parent: Option<&arrow_buffer::NullBuffer>, repeat: usize, path: &Path<'_>) -> Result<()> {
-    let Some(nulls) = child.nulls() else { return Ok(()) };
+fn check_nulls(
+    child: &ArrayData,
+    parent: Option<&arrow_buffer::NullBuffer>,
+    repeat: usize,
+    path: &Path<'_>,
+) -> Result<()> {
+    let Some(nulls) = child.nulls() else {
+        return Ok(());
+    };
     for slot in 0..child.len() {
         if nulls.is_null(slot) && parent.is_none_or(|p| p.is_valid(slot / repeat)) {
             return Err(Error::invalid(
                 path,
-                format!("non-nullable field has a null at slot {slot}, where its parent slot is valid"),
+                format!(
+                    "non-nullable field has a null at slot {slot}, where its parent slot is valid"
+                ),
             ));
         }
     }
@@ -84,5 +105,8 @@ fn check_nulls(child: &ArrayData, parent: Option<&arrow_buffer::NullBuffer>, rep
 }
 
 fn strip_prefix(message: String) -> String {
-    message.strip_prefix("Invalid argument error: ").map(str::to_string).unwrap_or(message)
+    message
+        .strip_prefix("Invalid argument error: ")
+        .map(str::to_string)
+        .unwrap_or(message)
 }

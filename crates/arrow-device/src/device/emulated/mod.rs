@@ -320,7 +320,10 @@ impl Device for EmulatedDevice {
     /// host-readable: that is where the variadic-sizes buffer of view arrays
     /// lives when Arrow C++ or this crate exports them.
     fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
-        len == 0 || memory::lock().host_range(self.id, ptr as usize, len, "is_host_readable").is_ok()
+        len == 0
+            || memory::lock()
+                .host_range(self.id, ptr as usize, len, "is_host_readable")
+                .is_ok()
     }
 
     fn as_any(&self) -> &dyn Any {
