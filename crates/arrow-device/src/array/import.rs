@@ -379,41 +379,56 @@ impl<'d> Importer<'d> {
             // SAFETY: the producer's event for this device (or NULL).
             unsafe { device.synchronize_sync_event(sync_event) }?;
         }
-        let mut staging = vec![0u8; self.reads.len() * 8];
+        // Device reads land in `staging` (8 bytes a read) and are decoded
+        // after the single synchronization; host reads are decoded at once.
+        let mut staging = Vec::new();
         let mut stream = None;
         for (i, read) in self.reads.iter().enumerate() {
-            let slot = staging[i * 8..].as_mut_ptr();
             if host_readable || read.host {
                 // SAFETY: host-readable memory, inside a buffer the
-                // structural checks sized; unaligned reads are allowed.
-                unsafe { std::ptr::copy_nonoverlapping(read.ptr, slot, read.width) };
-            } else {
-                if stream.is_none() {
-                    let s = device.create_stream()?;
-                    // SAFETY: the producer's event for this device (or NULL).
-                    unsafe { device.stream_wait_sync_event(&s, sync_event) }?;
-                    stream = Some(s);
-                }
-                if let Some(s) = &stream {
-                    // SAFETY: `read.ptr` lies inside a device buffer the
-                    // structural checks sized; `slot` has 8 bytes and outlives
-                    // the synchronization below.
-                    unsafe { device.copy_to_host(read.ptr, slot, read.width, s) }?;
-                }
+                // structural checks sized; `read_value` reads unaligned.
+                values[i] = unsafe { read_value(read.ptr, read.width) };
+                continue;
+            }
+            if stream.is_none() {
+                let s = device.create_stream()?;
+                // SAFETY: the producer's event for this device (or NULL).
+                unsafe { device.stream_wait_sync_event(&s, sync_event) }?;
+                staging = vec![0u8; self.reads.len() * 8];
+                stream = Some(s);
+            }
+            if let Some(s) = &stream {
+                // SAFETY: `read.ptr` lies inside a device buffer the
+                // structural checks sized; the slot has 8 bytes and outlives
+                // the synchronization below.
+                unsafe { device.copy_to_host(read.ptr, staging[i * 8..].as_mut_ptr(), read.width, s) }?;
             }
         }
         if let Some(s) = &stream {
             device.synchronize_stream(s)?;
-        }
-        for (i, read) in self.reads.iter().enumerate() {
-            let bytes = &staging[i * 8..i * 8 + 8];
-            values[i] = match read.width {
-                2 => i16::from_ne_bytes([bytes[0], bytes[1]]) as i64,
-                4 => i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64,
-                _ => i64::from_ne_bytes(bytes.try_into().unwrap_or([0; 8])),
-            };
+            for (i, read) in self.reads.iter().enumerate() {
+                if !(host_readable || read.host) {
+                    // SAFETY: slot `i` of `staging` holds 8 initialized bytes.
+                    values[i] = unsafe { read_value(staging[i * 8..].as_ptr(), read.width) };
+                }
+            }
         }
         Ok(values)
+    }
+}
+
+/// Reads a signed native-endian integer of `width` bytes.
+///
+/// # Safety
+/// `ptr` must be host-readable for `width` bytes (no alignment needed).
+unsafe fn read_value(ptr: *const u8, width: usize) -> i64 {
+    // SAFETY: guaranteed by the caller; read_unaligned has no alignment needs.
+    unsafe {
+        match width {
+            2 => std::ptr::read_unaligned(ptr.cast::<i16>()) as i64,
+            4 => std::ptr::read_unaligned(ptr.cast::<i32>()) as i64,
+            _ => std::ptr::read_unaligned(ptr.cast::<i64>()),
+        }
     }
 }
 

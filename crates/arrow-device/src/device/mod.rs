@@ -44,6 +44,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::abi::DeviceType;
@@ -282,6 +283,10 @@ impl fmt::Debug for Event {
     }
 }
 
+/// Whether anything was ever registered: lets [`lookup`] skip the lock on
+/// the import hot path when nothing was.
+static ANY_REGISTERED: AtomicBool = AtomicBool::new(false);
+
 fn registry() -> &'static RwLock<HashMap<(DeviceType, i64), DeviceRef>> {
     static REGISTRY: OnceLock<RwLock<HashMap<(DeviceType, i64), DeviceRef>>> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
@@ -301,6 +306,7 @@ pub fn register(device: DeviceRef) {
     // the map itself is still consistent.
     let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
     map.insert(key, device);
+    ANY_REGISTERED.store(true, Ordering::Release);
 }
 
 /// Finds the implementation for a `(device_type, device_id)` pair: a
@@ -309,7 +315,7 @@ pub fn register(device: DeviceRef) {
 /// host-accessible memory types whose runtime is not loaded
 /// ([`host::HostAccessibleDevice`]).
 pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
-    {
+    if ANY_REGISTERED.load(Ordering::Acquire) {
         let map = registry().read().unwrap_or_else(|e| e.into_inner());
         if let Some(device) = map.get(&(device_type, device_id)) {
             return Some(device.clone());
