@@ -1,0 +1,154 @@
+//! Export + import round trips on the CPU, this crate against arrow-rs' own
+//! C Data Interface (`arrow_array::ffi`), in one run so the ratio is fair.
+//!
+//! Each group is one input; its functions are:
+//! * `arrow-rs`: `to_ffi` → `from_ffi` → `make_array` → drop;
+//! * `arrow-device`: `export_array` / `export_record_batch` →
+//!   `DeviceArray::try_new(.., ValidationLevel::Default)` → `to_host` → drop;
+//! * `arrow-device-minimal`, `arrow-device-none`: the same at the lower
+//!   validation levels, for reference.
+//!
+//! Run `cargo bench -p arrow-device --bench ffi`, then
+//! `python3 scripts/bench-table.py` for the Markdown table of medians.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::ffi::{from_ffi, to_ffi};
+use arrow_array::{
+    make_array, Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
+};
+use arrow_device::{export_array, export_record_batch, DeviceArray, ValidationLevel};
+use arrow_schema::{DataType, Field, Schema};
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+
+/// Every 7th slot null, so the validity bitmap is exported and imported.
+fn int64s(len: usize) -> Int64Array {
+    (0..len as i64).map(|i| (i % 7 != 0).then_some(i)).collect()
+}
+
+fn float64s(len: usize) -> Float64Array {
+    (0..len)
+        .map(|i| (i % 11 != 0).then_some(i as f64 * 0.5))
+        .collect()
+}
+
+/// Short strings ("v0" .. "v99999"), every 13th slot null.
+fn strings(len: usize) -> StringArray {
+    (0..len)
+        .map(|i| (i % 13 != 0).then(|| format!("v{i}")))
+        .collect()
+}
+
+/// `columns` columns cycling through int64, float64 and utf8.
+fn mixed_batch(columns: usize, rows: usize) -> RecordBatch {
+    let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = (0..columns)
+        .map(|i| -> (Field, ArrayRef) {
+            let name = format!("c{i}");
+            match i % 3 {
+                0 => (
+                    Field::new(name, DataType::Int64, true),
+                    Arc::new(int64s(rows)),
+                ),
+                1 => (
+                    Field::new(name, DataType::Float64, true),
+                    Arc::new(float64s(rows)),
+                ),
+                _ => (
+                    Field::new(name, DataType::Utf8, true),
+                    Arc::new(strings(rows)),
+                ),
+            }
+        })
+        .unzip();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("columns match the schema")
+}
+
+fn arrow_rs_round_trip(array: &dyn Array) -> ArrayRef {
+    let (c_array, c_schema) = to_ffi(&array.to_data()).expect("exportable type");
+    // SAFETY: the structs were just produced by arrow-rs' own exporter.
+    let data = unsafe { from_ffi(c_array, &c_schema) }.expect("valid import");
+    make_array(data)
+}
+
+fn device_round_trip(array: &dyn Array, level: ValidationLevel) -> ArrayRef {
+    let (c_array, c_schema) = export_array(array).expect("exportable type");
+    let imported = DeviceArray::try_new(c_array, c_schema, level).expect("valid import");
+    imported.to_host().expect("CPU memory")
+}
+
+fn device_batch_round_trip(batch: &RecordBatch, level: ValidationLevel) -> ArrayRef {
+    let (c_array, c_schema) = export_record_batch(batch).expect("exportable batch");
+    let imported = DeviceArray::try_new(c_array, c_schema, level).expect("valid import");
+    imported.to_host().expect("CPU memory")
+}
+
+const LEVELS: [(&str, ValidationLevel); 3] = [
+    ("arrow-device", ValidationLevel::Default),
+    ("arrow-device-minimal", ValidationLevel::Minimal),
+    ("arrow-device-none", ValidationLevel::None),
+];
+
+fn configure<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+) -> BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30);
+    group
+}
+
+fn bench_array(c: &mut Criterion, name: &str, array: &dyn Array) {
+    // Both paths must give back the input before their speed means anything.
+    assert_eq!(arrow_rs_round_trip(array).as_ref(), array);
+    assert_eq!(
+        device_round_trip(array, ValidationLevel::Default).as_ref(),
+        array
+    );
+
+    let mut group = configure(c, name);
+    group.bench_function("arrow-rs", |b| {
+        b.iter(|| arrow_rs_round_trip(black_box(array)))
+    });
+    for (function, level) in LEVELS {
+        group.bench_function(function, |b| {
+            b.iter(|| device_round_trip(black_box(array), level))
+        });
+    }
+    group.finish();
+}
+
+fn bench_batch(c: &mut Criterion, name: &str, batch: &RecordBatch) {
+    let as_struct = StructArray::from(batch.clone());
+    let arrow_rs = |batch: &RecordBatch| arrow_rs_round_trip(&StructArray::from(batch.clone()));
+    assert_eq!(arrow_rs(batch).as_ref(), &as_struct as &dyn Array);
+    assert_eq!(
+        device_batch_round_trip(batch, ValidationLevel::Default).as_ref(),
+        &as_struct as &dyn Array
+    );
+
+    let mut group = configure(c, name);
+    // The struct conversion is part of both paths: export_record_batch does it too.
+    group.bench_function("arrow-rs", |b| b.iter(|| arrow_rs(black_box(batch))));
+    for (function, level) in LEVELS {
+        group.bench_function(function, |b| {
+            b.iter(|| device_batch_round_trip(black_box(batch), level))
+        });
+    }
+    group.finish();
+}
+
+fn round_trips(c: &mut Criterion) {
+    bench_array(c, "primitive_1k", &int64s(1024));
+    bench_array(c, "primitive_1m", &int64s(1 << 20));
+    bench_array(c, "utf8_1k", &strings(1024));
+    bench_array(c, "utf8_100k", &strings(100_000));
+    bench_batch(c, "batch_100cols_1k", &mixed_batch(100, 1024));
+}
+
+criterion_group!(benches, round_trips);
+criterion_main!(benches);
