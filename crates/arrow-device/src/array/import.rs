@@ -401,7 +401,9 @@ impl<'d> Importer<'d> {
                 // SAFETY: `read.ptr` lies inside a device buffer the
                 // structural checks sized; the slot has 8 bytes and outlives
                 // the synchronization below.
-                unsafe { device.copy_to_host(read.ptr, staging[i * 8..].as_mut_ptr(), read.width, s) }?;
+                unsafe {
+                    device.copy_to_host(read.ptr, staging[i * 8..].as_mut_ptr(), read.width, s)
+                }?;
             }
         }
         if let Some(s) = &stream {
