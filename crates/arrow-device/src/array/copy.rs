@@ -97,6 +97,26 @@ fn relocate(node: &Node, offsets: &[usize], base: *const u8) -> Node {
     })
 }
 
+/// Calls `copy(from, to)` for each non-empty buffer of `node` and its
+/// relocated twin in `copied`, stopping at the first error.
+fn for_each_pair(
+    node: &Node,
+    copied: &Node,
+    mut copy: impl FnMut(RawBuf, RawBuf) -> Result<()>,
+) -> Result<()> {
+    let mut targets = Vec::new();
+    copied.for_each_buffer(&mut |b| targets.push(b));
+    let mut targets = targets.into_iter();
+    let mut result = Ok(());
+    node.for_each_buffer(&mut |from| {
+        let to = targets.next().unwrap_or(RawBuf::NULL);
+        if result.is_ok() && !from.ptr.is_null() && from.len > 0 {
+            result = copy(from, to);
+        }
+    });
+    result
+}
+
 /// Copies a tree of host-readable buffers onto `device`. `sources` keeps the
 /// host buffers alive until the copies have completed.
 pub(crate) fn host_to_device(
@@ -109,19 +129,11 @@ pub(crate) fn host_to_device(
     let memory = device.allocate(total)?;
     let stream = device.create_stream()?;
     let copied = relocate(node, &offsets, memory.as_ptr());
-    let mut result = Ok(());
-    let mut dst = Vec::new();
-    copied.for_each_buffer(&mut |b| dst.push(b));
-    let mut i = 0;
-    node.for_each_buffer(&mut |src| {
-        let to = dst[i];
-        i += 1;
-        if result.is_ok() && !src.ptr.is_null() && src.len > 0 {
-            // SAFETY: `src` is host-readable for `len` bytes and kept alive by
-            // `sources` until the event below completes; `to` lies inside
-            // `memory`, sized by `plan`.
-            result = unsafe { device.copy_from_host(src.ptr, to.ptr.cast_mut(), src.len, &stream) };
-        }
+    let result = for_each_pair(node, &copied, |src, to| {
+        // SAFETY: `src` is host-readable for `len` bytes and kept alive by
+        // `sources` until the event below completes; `to` lies inside
+        // `memory`, sized by `plan`.
+        unsafe { device.copy_from_host(src.ptr, to.ptr.cast_mut(), src.len, &stream) }
     });
     finish_device_copy(copied, result, device, stream, memory, Some(sources))
 }
@@ -148,25 +160,17 @@ pub(crate) fn device_to_device(
         // SAFETY: same device type, so the event type matches.
         unsafe { dst.stream_wait_sync_event(&stream, sync_event) }?;
         let copied = relocate(node, &offsets, memory.as_ptr());
-        let mut dsts = Vec::new();
-        copied.for_each_buffer(&mut |b| dsts.push(b));
-        let mut i = 0;
-        let mut result = Ok(());
-        node.for_each_buffer(&mut |from| {
-            let to = dsts[i];
-            i += 1;
-            if result.is_ok() && !from.ptr.is_null() && from.len > 0 {
-                // SAFETY: `from` is valid on `src` (kept by `src_keep`), `to`
-                // lies inside `memory`.
-                result = unsafe {
-                    dst.copy_device_to_device(
-                        src.as_ref(),
-                        from.ptr,
-                        to.ptr.cast_mut(),
-                        from.len,
-                        &stream,
-                    )
-                };
+        let result = for_each_pair(node, &copied, |from, to| {
+            // SAFETY: `from` is valid on `src` (kept by `src_keep`), `to`
+            // lies inside `memory`.
+            unsafe {
+                dst.copy_device_to_device(
+                    src.as_ref(),
+                    from.ptr,
+                    to.ptr.cast_mut(),
+                    from.len,
+                    &stream,
+                )
             }
         });
         match result {
@@ -226,18 +230,10 @@ pub(crate) fn device_to_host(
     // SAFETY: `sync_event` is the producer's event for this device (or NULL).
     unsafe { src.stream_wait_sync_event(&stream, sync_event) }?;
     let copied = relocate(node, &offsets, base);
-    let mut dsts = Vec::new();
-    copied.for_each_buffer(&mut |b| dsts.push(b));
-    let mut i = 0;
-    let mut result = Ok(());
-    node.for_each_buffer(&mut |from| {
-        let to = dsts[i];
-        i += 1;
-        if result.is_ok() && !from.ptr.is_null() && from.len > 0 {
-            // SAFETY: `from` is valid device memory of `src`; `to` lies inside
-            // `host`, which outlives the synchronization below.
-            result = unsafe { src.copy_to_host(from.ptr, to.ptr.cast_mut(), from.len, &stream) };
-        }
+    let result = for_each_pair(node, &copied, |from, to| {
+        // SAFETY: `from` is valid device memory of `src`; `to` lies inside
+        // `host`, which outlives the synchronization below.
+        unsafe { src.copy_to_host(from.ptr, to.ptr.cast_mut(), from.len, &stream) }
     });
     let synced = src.synchronize_stream(&stream);
     result?;

@@ -146,16 +146,8 @@ impl Device for CpuDevice {
         len: usize,
         _stream: &Stream,
     ) -> Result<()> {
-        if !src_device.is_cpu_accessible() {
-            return Err(Error::NotSupported(format!(
-                "the CPU cannot read {} memory directly",
-                src_device.device_type()
-            )));
-        }
-        // SAFETY: the source is host-readable memory (checked above) and the
-        // caller guarantees both ranges are valid.
-        unsafe { copy_bytes(src, dst, len) };
-        Ok(())
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_host_accessible(src_device, src, dst, len) }
     }
 }
 
@@ -169,6 +161,29 @@ fn check_no_event(sync_event: *mut c_void) -> Result<()> {
             "a CPU array carries a non-NULL sync_event, but the CPU has no event type".into(),
         ))
     }
+}
+
+/// Device-to-device copy between host-accessible memories (the CPU's, and
+/// pinned or managed memory): a `memcpy` once the source is known readable.
+///
+/// # Safety
+/// As for [`Device::copy_device_to_device`], with `dst` host-writable.
+pub(crate) unsafe fn copy_host_accessible(
+    src_device: &dyn Device,
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+) -> Result<()> {
+    if !src_device.is_cpu_accessible() {
+        return Err(Error::NotSupported(format!(
+            "the host cannot read {} memory directly",
+            src_device.device_type()
+        )));
+    }
+    // SAFETY: the source is host-readable (checked above) and the caller
+    // guarantees both ranges are valid.
+    unsafe { copy_bytes(src, dst, len) };
+    Ok(())
 }
 
 /// `memcpy` that accepts dangling pointers when `len` is zero.

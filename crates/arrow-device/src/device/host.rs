@@ -19,7 +19,7 @@ use std::any::Any;
 use std::ffi::c_void;
 
 use crate::abi::DeviceType;
-use crate::device::cpu::copy_bytes;
+use crate::device::cpu::{copy_bytes, copy_host_accessible};
 use crate::device::{Device, DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
 
@@ -138,14 +138,7 @@ impl Device for HostAccessibleDevice {
         len: usize,
         _stream: &Stream,
     ) -> Result<()> {
-        if !src_device.is_cpu_accessible() {
-            return Err(Error::NotSupported(format!(
-                "cannot read {} memory from the host",
-                src_device.device_type()
-            )));
-        }
-        // SAFETY: both sides are host-accessible; validity per the caller.
-        unsafe { copy_bytes(src, dst, len) };
-        Ok(())
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_host_accessible(src_device, src, dst, len) }
     }
 }
