@@ -215,6 +215,16 @@ pub(super) struct DeviceRange {
 }
 
 impl DeviceRange {
+    /// The unique id of the allocation (never reused, unlike addresses).
+    pub(super) fn allocation_id(&self) -> u64 {
+        self.id
+    }
+
+    /// The offset of the range inside its allocation.
+    pub(super) fn offset(&self) -> usize {
+        self.offset
+    }
+
     /// The device pointer the range starts at.
     pub(super) fn address(&self) -> usize {
         self.base + self.offset

@@ -41,6 +41,17 @@ impl Endpoint {
         }
     }
 
+    /// Where the bytes start, in a space that never confuses two
+    /// allocations: a device range is named by its allocation's unique id
+    /// and offset, so a stale queued read of a freed allocation cannot match
+    /// a new allocation that the system placed at the same address.
+    fn region(&self) -> (Option<u64>, usize) {
+        match self {
+            Endpoint::Host(address) => (None, *address),
+            Endpoint::Device(range) => (Some(range.allocation_id()), range.offset()),
+        }
+    }
+
     /// Where the bytes are for this process, or `None` if the allocation has
     /// been freed since the copy was queued.
     fn resolve(&self, memory: &Memory, len: usize) -> Option<*mut u8> {
@@ -52,8 +63,11 @@ impl Endpoint {
 }
 
 /// Source ranges of queued copies that have not run yet, by ticket.
-fn pending_reads() -> MutexGuard<'static, BTreeMap<u64, (usize, usize)>> {
-    static PENDING: OnceLock<Mutex<BTreeMap<u64, (usize, usize)>>> = OnceLock::new();
+/// Source regions (see [`Endpoint::region`]) and lengths by ticket.
+type PendingReads = BTreeMap<u64, ((Option<u64>, usize), usize)>;
+
+fn pending_reads() -> MutexGuard<'static, PendingReads> {
+    static PENDING: OnceLock<Mutex<PendingReads>> = OnceLock::new();
     PENDING
         .get_or_init(Default::default)
         .lock()
@@ -187,13 +201,13 @@ impl EmulatedStream {
     ) -> Result<()> {
         static NEXT_TICKET: AtomicU64 = AtomicU64::new(0);
         let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
-        let dst_start = dst.address();
+        let (dst_space, dst_start) = dst.region();
         let dst_still_read = {
             let mut pending = pending_reads();
-            pending.insert(ticket, (src.address(), len));
-            pending
-                .values()
-                .any(|&(start, n)| start < dst_start + len && dst_start < start + n)
+            pending.insert(ticket, (src.region(), len));
+            pending.values().any(|&((space, start), n)| {
+                space == dst_space && start < dst_start + len && dst_start < start + n
+            })
         };
         let ticket = ReadTicket(ticket);
         if !delay.is_zero() && !dst_still_read {

@@ -246,7 +246,9 @@ fn queued_reads_keep_their_data_when_a_later_copy_overwrites_the_source() {
 
 #[test]
 fn an_event_orders_a_copy_on_one_stream_after_a_delayed_copy_on_another() {
-    let device = device(0, true, 150);
+    // A wide margin: stream c must run before stream a's copy lands, even on
+    // a loaded machine.
+    let device = device(0, true, 1000);
     let data = pattern(2048, 5);
     let buf = device.allocate(data.len()).unwrap();
     let (a, b, c) = (
@@ -280,9 +282,17 @@ fn an_event_orders_a_copy_on_one_stream_after_a_delayed_copy_on_another() {
             .unwrap();
     }
     device.synchronize_stream(&b).unwrap();
-    assert_eq!(waited, data);
+    assert!(
+        waited == data,
+        "stream b read before the event: {:?}",
+        &waited[..8]
+    );
     device.synchronize_stream(&c).unwrap();
-    assert!(raced.iter().all(|&byte| byte == POISON));
+    assert!(
+        raced.iter().all(|&byte| byte == POISON),
+        "stream c did not see the pending copy's poison: {:?}",
+        &raced[..8]
+    );
     device.synchronize_stream(&a).unwrap();
 }
 
