@@ -46,8 +46,16 @@ use crate::validate::{self, ValidationLevel};
 #[derive(Clone)]
 pub struct DeviceArray {
     storage: Arc<Storage>,
-    node: Arc<Node>,
+    node: NodeRef,
     field: FieldRef,
+}
+
+/// The node a handle describes: the storage's root (no allocation per
+/// import), or one derived from it (a slice, a child, a dictionary).
+#[derive(Clone)]
+enum NodeRef {
+    Root,
+    Derived(Arc<Node>),
 }
 
 /// One buffer of a node, in C Data Interface order.
@@ -70,8 +78,22 @@ struct Storage {
     /// Set once the host has waited on `sync_event`.
     host_synced: AtomicBool,
     sizes_known: bool,
+    /// The tree as imported (or copied).
+    root: Node,
     /// The foreign struct (released on drop) or our own device copy.
-    _keep: KeepAlive,
+    _keep: Keep,
+}
+
+/// What a [`Storage`] keeps alive. An imported struct is held inline rather
+/// than as an `Arc<ArrowDeviceArray>`: one allocation fewer per import.
+enum Keep {
+    /// Released when the storage drops.
+    Imported {
+        _array: ArrowDeviceArray,
+    },
+    Shared {
+        _memory: KeepAlive,
+    },
 }
 
 // SAFETY: `sync_event` is only passed to the device API; everything else is
@@ -95,6 +117,13 @@ impl Storage {
 }
 
 impl DeviceArray {
+    fn node(&self) -> &Node {
+        match &self.node {
+            NodeRef::Root => &self.storage.root,
+            NodeRef::Derived(node) => node,
+        }
+    }
+
     /// Imports a device array and its schema, taking ownership of both: they
     /// are released exactly once, also when an error is returned.
     pub fn try_new(
@@ -130,14 +159,16 @@ impl DeviceArray {
         let device_type = array.device_type;
         let device_id = array.device_id;
         let sync_event = array.sync_event;
-        let keep: Arc<ArrowDeviceArray> = Arc::new(array);
-        let raw = crate::abi::raw::array(&keep.array);
-        // SAFETY: the struct is non-released and owned by `keep`.
+        let raw = crate::abi::raw::array(&array.array);
+        // SAFETY: the struct is non-released and owned by `array`, which an
+        // error return releases.
         let (node, sizes_known) = unsafe {
             Importer::new(level, device.as_ref()).import(raw, field.data_type(), sync_event)
         }?;
         let host_synced =
             device.as_ref().is_some_and(|d| d.is_cpu_accessible()) && sync_event.is_null();
+        // Moving the struct is allowed (spec: "Moving an array"): the node's
+        // pointers point into the producer's memory, not into the struct.
         let storage = Arc::new(Storage {
             device_type,
             device_id,
@@ -145,11 +176,12 @@ impl DeviceArray {
             sync_event,
             host_synced: AtomicBool::new(host_synced),
             sizes_known,
-            _keep: keep,
+            root: node,
+            _keep: Keep::Imported { _array: array },
         });
         let imported = DeviceArray {
             storage,
-            node: Arc::new(node),
+            node: NodeRef::Root,
             field,
         };
         if level == ValidationLevel::Full {
@@ -241,35 +273,35 @@ impl DeviceArray {
 
     /// The number of slots.
     pub fn len(&self) -> usize {
-        self.node.len
+        self.node().len
     }
 
     /// Whether the array has no slots.
     pub fn is_empty(&self) -> bool {
-        self.node.len == 0
+        self.node().len == 0
     }
 
     /// The offset into the buffers, in slots.
     pub fn offset(&self) -> usize {
-        self.node.offset
+        self.node().offset
     }
 
     /// The null count, `None` when the producer reported -1 (unknown).
     pub fn null_count(&self) -> Option<usize> {
-        self.node.null_count
+        self.node().null_count
     }
 
     /// The buffers of this node in C Data Interface order (for view types
     /// without the variadic-sizes buffer).
     pub fn buffers(&self) -> Vec<BufferInfo> {
-        let data_dependent = |i: usize| match self.node.data_type {
+        let data_dependent = |i: usize| match self.node().data_type {
             DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
                 i == 2
             }
             DataType::Utf8View | DataType::BinaryView => i >= 2,
             _ => false,
         };
-        self.node
+        self.node()
             .buffers
             .iter()
             .enumerate()
@@ -288,13 +320,13 @@ impl DeviceArray {
     /// applied to them).
     pub fn children(&self) -> Vec<DeviceArray> {
         let fields = child_fields(&self.field);
-        self.node
+        self.node()
             .children
             .iter()
             .zip(fields)
             .map(|(child, field)| DeviceArray {
                 storage: self.storage.clone(),
-                node: Arc::new(child.clone()),
+                node: NodeRef::Derived(Arc::new(child.clone())),
                 field,
             })
             .collect()
@@ -305,10 +337,10 @@ impl DeviceArray {
         let DataType::Dictionary(_, value_type) = self.data_type() else {
             return None;
         };
-        let dictionary = self.node.dictionary.as_ref()?;
+        let dictionary = self.node().dictionary.as_ref()?;
         Some(DeviceArray {
             storage: self.storage.clone(),
-            node: Arc::new((**dictionary).clone()),
+            node: NodeRef::Derived(Arc::new((**dictionary).clone())),
             field: Arc::new(Field::new("dictionary", (**value_type).clone(), true)),
         })
     }
@@ -317,20 +349,20 @@ impl DeviceArray {
     pub fn slice(&self, offset: usize, len: usize) -> Result<DeviceArray> {
         if offset
             .checked_add(len)
-            .is_none_or(|end| end > self.node.len)
+            .is_none_or(|end| end > self.node().len)
         {
             return Err(Error::NotSupported(format!(
                 "slice {offset}..{} out of bounds of an array of length {}",
                 offset.saturating_add(len),
-                self.node.len
+                self.node().len
             )));
         }
-        let mut node = (*self.node).clone();
+        let mut node = self.node().clone();
         node.offset += offset;
         node.len = len;
         node.first_last = None;
-        if node.null_count != Some(0) || offset + len != self.node.len || offset != 0 {
-            node.null_count = if self.node.null_count == Some(0) {
+        if node.null_count != Some(0) || offset + len != self.node().len || offset != 0 {
+            node.null_count = if self.node().null_count == Some(0) {
                 Some(0)
             } else {
                 None
@@ -341,7 +373,7 @@ impl DeviceArray {
         }
         Ok(DeviceArray {
             storage: self.storage.clone(),
-            node: Arc::new(node),
+            node: NodeRef::Derived(Arc::new(node)),
             field: self.field.clone(),
         })
     }
@@ -355,10 +387,10 @@ impl DeviceArray {
             let owner: Arc<dyn Allocation> = self.storage.clone();
             // SAFETY: CPU-accessible memory, synchronized above, kept alive
             // by `owner`; the tree passed import validation.
-            unsafe { self.node.to_array_data(&mut |b| wrap_owned(b, &owner)) }?
+            unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?
         } else {
             let (host_node, memory) =
-                copy::device_to_host(&self.node, device, self.storage.sync_event)?;
+                copy::device_to_host(self.node(), device, self.storage.sync_event)?;
             let base = memory.as_ptr() as usize;
             // SAFETY: every buffer of `host_node` lies inside `memory`, which
             // each slice keeps alive.
@@ -410,17 +442,17 @@ impl DeviceArray {
         if device.device_type() == DeviceType::CPU {
             let (node, keep): (Node, KeepAlive) = if src.is_cpu_accessible() {
                 self.storage.host_sync(src)?;
-                ((*self.node).clone(), self.storage.clone())
+                (self.node().clone(), self.storage.clone())
             } else {
                 let (node, memory) =
-                    copy::device_to_host(&self.node, src, self.storage.sync_event)?;
+                    copy::device_to_host(self.node(), src, self.storage.sync_event)?;
                 (node, Arc::new(memory))
             };
             return Ok(self.with_storage(node, device.clone(), std::ptr::null_mut(), keep));
         }
         let src_keep: KeepAlive = self.storage.clone();
         let copied =
-            copy::device_to_device(&self.node, src, self.storage.sync_event, src_keep, device)?;
+            copy::device_to_device(self.node(), src, self.storage.sync_event, src_keep, device)?;
         Ok(self.with_storage(
             copied.node,
             copied.device,
@@ -436,7 +468,7 @@ impl DeviceArray {
         let schema = FFI_ArrowSchema::try_from(self.field.as_ref())?;
         let keep: KeepAlive = self.storage.clone();
         Ok((
-            export_node(&self.node, keep, device.as_ref(), self.storage.sync_event),
+            export_node(self.node(), keep, device.as_ref(), self.storage.sync_event),
             schema,
         ))
     }
@@ -456,11 +488,12 @@ impl DeviceArray {
             sync_event,
             host_synced: AtomicBool::new(host_synced),
             sizes_known: true,
-            _keep: keep,
+            root: node,
+            _keep: Keep::Shared { _memory: keep },
         });
         DeviceArray {
             storage,
-            node: Arc::new(node),
+            node: NodeRef::Root,
             field: self.field.clone(),
         }
     }
@@ -487,7 +520,7 @@ impl DeviceArray {
         self.storage.host_sync(device)?;
         let owner: Arc<dyn Allocation> = self.storage.clone();
         // SAFETY: CPU-accessible memory, synchronized, kept alive by `owner`.
-        let data = unsafe { self.node.to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
+        let data = unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
         validate::full(&data, &Path::root())
     }
 }

@@ -30,12 +30,13 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch, StructArray};
 use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
-use arrow_schema::Field;
+use arrow_schema::ffi::Flags;
+use arrow_schema::DataType;
 
 use crate::abi::{raw, ArrowDeviceArray, FFI_ArrowSchema};
 use crate::array::copy;
 use crate::array::layout;
-use crate::array::node::Node;
+use crate::array::node::{self, Node};
 use crate::device::{self, DeviceRef};
 use crate::error::Result;
 
@@ -46,7 +47,7 @@ pub(crate) type KeepAlive = Arc<dyn Any + Send + Sync>;
 
 /// Exports `array` zero-copy on the CPU (`device_id` -1, NULL `sync_event`).
 pub fn export_array(array: &dyn Array) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-    let schema = FFI_ArrowSchema::try_from(Field::new("", array.data_type().clone(), true))?;
+    let schema = nullable_schema(array.data_type())?;
     Ok((export_cpu(array.to_data()), schema))
 }
 
@@ -56,7 +57,7 @@ pub fn export_array_to(
     array: &dyn Array,
     device: &DeviceRef,
 ) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-    let schema = FFI_ArrowSchema::try_from(Field::new("", array.data_type().clone(), true))?;
+    let schema = nullable_schema(array.data_type())?;
     Ok((export_data_to(array.to_data(), device)?, schema))
 }
 
@@ -82,6 +83,13 @@ pub fn export_record_batch_to(
     ))
 }
 
+/// The schema of an exported array: its type, nullable, without a name
+/// (`name` is optional, spec: "ArrowSchema.name"). Going through a `Field`
+/// would cost a name string, a metadata pass and a `Field` per export.
+fn nullable_schema(data_type: &DataType) -> Result<FFI_ArrowSchema> {
+    Ok(FFI_ArrowSchema::try_from(data_type)?.with_flags(Flags::NULLABLE)?)
+}
+
 fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArray> {
     if device::same_device(device.as_ref(), device::cpu().as_ref()) {
         return Ok(export_cpu(data));
@@ -99,10 +107,85 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
 }
 
 fn export_cpu(data: ArrayData) -> ArrowDeviceArray {
+    // Realigned validity bitmaps (rare) are made first so that `keep` owns
+    // them before any struct points into them; the second walk takes them
+    // back in the same pre-order. No `Node` tree is built: on the CPU the C
+    // structs are written straight from the arrow-rs data.
     let mut extra: Vec<Buffer> = Vec::new();
-    let node = Node::from_array_data(&data, &mut extra);
-    let keep: KeepAlive = Arc::new((data, extra));
-    export_node(&node, keep, device::cpu().as_ref(), std::ptr::null_mut())
+    collect_realigned(&data, &mut extra);
+    let mut realigned: Vec<*const c_void> = extra.iter().map(|b| b.as_ptr().cast()).collect();
+    realigned.reverse();
+    let owned = Arc::new((data, extra));
+    let keep: KeepAlive = owned.clone();
+    let mut out = ArrowDeviceArray::empty();
+    *raw::array_mut(&mut out.array) = export_data_struct(&owned.0, &keep, &mut realigned);
+    out
+}
+
+/// Pushes, in pre-order, the validity bitmaps of `data`'s tree that must be
+/// copied to start at the node's offset.
+fn collect_realigned(data: &ArrayData, extra: &mut Vec<Buffer>) {
+    if layout::has_validity(data.data_type()) && node::validity_in_place(data).is_none() {
+        node::validity_of(data, extra);
+    }
+    for child in data.child_data() {
+        collect_realigned(child, extra);
+    }
+}
+
+/// [`export_struct`] for arrow-rs data on the CPU; `realigned` holds the
+/// bitmaps [`collect_realigned`] made, the next one last.
+fn export_data_struct(
+    data: &ArrayData,
+    keep: &KeepAlive,
+    realigned: &mut Vec<*const c_void>,
+) -> raw::ArrowArray {
+    let data_type = data.data_type();
+    let has_validity = layout::has_validity(data_type);
+    let mut buffers = Vec::with_capacity(data.buffers().len() + 2);
+    if has_validity {
+        let validity = match node::validity_in_place(data) {
+            Some(ptr) => ptr.cast(),
+            None => realigned.pop().unwrap_or(std::ptr::null()),
+        };
+        buffers.push(validity);
+    }
+    buffers.extend(data.buffers().iter().map(|b| b.as_ptr().cast::<c_void>()));
+    let variadic_sizes = layout::is_view(data_type)
+        .then(|| data.buffers()[1..].iter().map(|b| b.len() as i64).collect());
+    let (children, dictionary) = match data_type {
+        DataType::Dictionary(_, _) => (
+            Box::default(),
+            data.child_data().first().map_or(std::ptr::null_mut(), |d| {
+                Box::into_raw(Box::new(export_data_struct(d, keep, realigned)))
+            }),
+        ),
+        _ => (
+            data.child_data()
+                .iter()
+                .map(|c| Box::into_raw(Box::new(export_data_struct(c, keep, realigned))))
+                .collect(),
+            std::ptr::null_mut(),
+        ),
+    };
+    let null_count = match data_type {
+        // As the IPC format does, a null array reports all slots null.
+        DataType::Null => data.len(),
+        _ if has_validity => data.null_count(),
+        _ => 0,
+    };
+    finish_struct(
+        Parts {
+            len: data.len(),
+            offset: data.offset(),
+            null_count: null_count as i64,
+            buffers,
+            variadic_sizes,
+            children,
+            dictionary,
+        },
+        keep,
+    )
 }
 
 /// Writes the C struct for `node` on `device`, whose memory `keep` keeps alive.
@@ -132,20 +215,14 @@ struct PrivateData {
 }
 
 fn export_struct(node: &Node, keep: &KeepAlive) -> raw::ArrowArray {
-    let mut buffers: Vec<*const c_void> = node
+    let buffers = node
         .buffers
         .iter()
         .map(|b| b.ptr.cast::<c_void>())
         .collect();
-    let variadic_sizes: Box<[i64]> = if layout::is_view(&node.data_type) {
-        node.buffers[2..].iter().map(|b| b.len as i64).collect()
-    } else {
-        Box::new([])
-    };
-    if layout::is_view(&node.data_type) {
-        buffers.push(variadic_sizes.as_ptr().cast());
-    }
-    let children: Box<[*mut raw::ArrowArray]> = node
+    let variadic_sizes = layout::is_view(&node.data_type)
+        .then(|| node.buffers[2..].iter().map(|b| b.len as i64).collect());
+    let children = node
         .children
         .iter()
         .map(|c| Box::into_raw(Box::new(export_struct(c, keep))))
@@ -154,26 +231,62 @@ fn export_struct(node: &Node, keep: &KeepAlive) -> raw::ArrowArray {
         Some(d) => Box::into_raw(Box::new(export_struct(d, keep))),
         None => std::ptr::null_mut(),
     };
-    let mut private = Box::new(PrivateData {
-        buffers: buffers.into_boxed_slice(),
-        children,
-        dictionary,
-        _variadic_sizes: variadic_sizes,
-        _keep: keep.clone(),
-    });
     let null_count = match node.null_count {
         Some(n) => n as i64,
         None => -1,
     };
+    finish_struct(
+        Parts {
+            len: node.len,
+            offset: node.offset,
+            null_count,
+            buffers,
+            variadic_sizes,
+            children,
+            dictionary,
+        },
+        keep,
+    )
+}
+
+/// One struct's members before they are written (children already exported).
+struct Parts {
+    len: usize,
+    offset: usize,
+    null_count: i64,
+    /// C order, without the variadic-sizes buffer of view types.
+    buffers: Vec<*const c_void>,
+    /// `Some` for view types, whose variadic-sizes buffer goes last.
+    variadic_sizes: Option<Box<[i64]>>,
+    children: Box<[*mut raw::ArrowArray]>,
+    dictionary: *mut raw::ArrowArray,
+}
+
+fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
+    let mut buffers = parts.buffers;
+    let variadic_sizes = match parts.variadic_sizes {
+        Some(sizes) => {
+            buffers.push(sizes.as_ptr().cast());
+            sizes
+        }
+        None => Box::default(),
+    };
+    let mut private = Box::new(PrivateData {
+        buffers: buffers.into_boxed_slice(),
+        children: parts.children,
+        dictionary: parts.dictionary,
+        _variadic_sizes: variadic_sizes,
+        _keep: keep.clone(),
+    });
     raw::ArrowArray {
-        length: node.len as i64,
-        null_count,
-        offset: node.offset as i64,
+        length: parts.len as i64,
+        null_count: parts.null_count,
+        offset: parts.offset as i64,
         n_buffers: private.buffers.len() as i64,
         n_children: private.children.len() as i64,
         buffers: private.buffers.as_mut_ptr(),
         children: private.children.as_mut_ptr(),
-        dictionary,
+        dictionary: parts.dictionary,
         release: Some(release_struct),
         private_data: Box::into_raw(private).cast(),
     }

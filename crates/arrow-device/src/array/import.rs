@@ -620,6 +620,9 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
             }
         }
     }
+    if node.children.is_empty() && node.dictionary.is_none() {
+        return Ok(());
+    }
     let data_type = node.data_type.clone();
     let names = child_types(&data_type);
     for (i, child) in node.children.iter_mut().enumerate() {

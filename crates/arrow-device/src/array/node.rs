@@ -14,7 +14,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_buffer::{BooleanBufferBuilder, Buffer, MutableBuffer, NullBuffer};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, MutableBuffer};
 use arrow_data::{ArrayData, ArrayDataBuilder};
 use arrow_schema::DataType;
 
@@ -255,20 +255,10 @@ impl Node {
         wrap: &mut impl FnMut(RawBuf) -> Buffer,
     ) -> Result<ArrayData> {
         let mut buffers = self.buffers.iter();
-        let nulls = if layout::has_validity(&self.data_type) {
+        // The bitmap, or None when there is none or no slot is null.
+        let validity = if layout::has_validity(&self.data_type) {
             let validity = buffers.next().copied().unwrap_or(RawBuf::NULL);
-            if validity.ptr.is_null() || self.null_count == Some(0) {
-                None
-            } else {
-                let bits = arrow_buffer::BooleanBuffer::new(wrap(validity), self.offset, self.len);
-                Some(match self.null_count {
-                    // SAFETY: at Full level the count was checked against the
-                    // bitmap; below it the producer's count is trusted, as the
-                    // C Data Interface says.
-                    Some(count) => unsafe { NullBuffer::new_unchecked(bits, count) },
-                    None => NullBuffer::new(bits),
-                })
-            }
+            (!validity.ptr.is_null() && self.null_count != Some(0)).then(|| wrap(validity))
         } else {
             None
         };
@@ -289,7 +279,9 @@ impl Node {
         {
             data_buffers[0] = Buffer::from_slice_ref([0i64]);
         }
-        let mut child_data = Vec::with_capacity(self.children.len() + 1);
+        // Exact capacity: a leaf allocates nothing here.
+        let n_child_data = self.children.len() + usize::from(self.dictionary.is_some());
+        let mut child_data = Vec::with_capacity(n_child_data);
         for child in &self.children {
             // SAFETY: the caller's guarantee extends to the whole tree.
             child_data.push(unsafe { child.to_array_data(wrap) }?);
@@ -298,16 +290,54 @@ impl Node {
             // SAFETY: as above.
             child_data.push(unsafe { dictionary.to_array_data(wrap) }?);
         }
-        let builder = ArrayDataBuilder::new(self.data_type.clone())
+        if self.buffers_aligned() {
+            // SAFETY: import validation checked the structure at the level the
+            // caller asked for (see the function's contract); every buffer of
+            // this node is aligned and the children were built (and aligned)
+            // above. `null_count` is trusted below Full level, as the C Data
+            // Interface says; at Full it was checked against the bitmap.
+            return Ok(unsafe {
+                ArrayData::new_unchecked(
+                    self.data_type.clone(),
+                    self.len,
+                    self.null_count,
+                    validity,
+                    self.offset,
+                    data_buffers,
+                    child_data,
+                )
+            });
+        }
+        let mut builder = ArrayDataBuilder::new(self.data_type.clone())
             .len(self.len)
             .offset(self.offset)
-            .nulls(nulls)
+            .null_bit_buffer(validity)
             .buffers(data_buffers)
             .child_data(child_data)
             .align_buffers(true);
-        // SAFETY: import validation checked the structure at the level the
-        // caller asked for (see the function's contract).
+        if let Some(count) = self.null_count {
+            builder = builder.null_count(count);
+        }
+        // SAFETY: as above; `align_buffers` copies the misaligned buffers.
         Ok(unsafe { builder.skip_validation(true) }.build()?)
+    }
+}
+
+impl Node {
+    /// Whether every buffer of this node (not its children) is aligned for
+    /// the widest value arrow-rs reads from it: at least as strict as the
+    /// alignments arrow-rs' `align_buffers` checks.
+    fn buffers_aligned(&self) -> bool {
+        let kinds = layout::buffer_kinds(&self.data_type);
+        self.buffers.iter().enumerate().all(|(i, buffer)| {
+            let align = match kinds.get(i) {
+                Some(BufferKind::Fixed(width) | BufferKind::Offsets(width)) => {
+                    (*width).clamp(1, 16)
+                }
+                _ => 1,
+            };
+            buffer.ptr.is_null() || buffer.len == 0 || (buffer.ptr as usize) % align == 0
+        })
     }
 }
 
@@ -336,9 +366,24 @@ pub(crate) unsafe fn wrap_owned(
     }
 }
 
+/// The validity pointer of `data` when it can be exported in place (NULL
+/// without nulls); `None` when [`validity_of`] must copy the bitmap.
+pub(crate) fn validity_in_place(data: &ArrayData) -> Option<*const u8> {
+    let Some(nulls) = data.nulls().filter(|n| n.null_count() > 0) else {
+        return Some(std::ptr::null());
+    };
+    let bit_offset = nulls.offset();
+    if bit_offset >= data.offset() && (bit_offset - data.offset()) % 8 == 0 {
+        let skip = (bit_offset - data.offset()) / 8;
+        // SAFETY: `skip` bytes lie inside the bitmap, which covers bit_offset.
+        return Some(unsafe { nulls.buffer().as_ptr().add(skip) });
+    }
+    None
+}
+
 /// The validity bitmap of `data`, as a pointer whose bit `data.offset() + i`
 /// is slot `i`; NULL when there are no nulls.
-fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
+pub(crate) fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
     let Some(nulls) = data.nulls() else {
         return RawBuf::NULL;
     };

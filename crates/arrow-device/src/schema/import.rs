@@ -92,8 +92,10 @@ pub fn import_schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
 
 /// The state of one walk over a tree.
 struct Walk {
-    /// The nodes from the root to the current one's parent, to find cycles.
-    ancestors: Vec<*const raw::ArrowSchema>,
+    /// The nodes from the root to the current one's parent, to find cycles:
+    /// the first `depth` entries (a fixed array: no allocation per walk).
+    ancestors: [*const raw::ArrowSchema; MAX_NESTING_DEPTH + 1],
+    depth: usize,
     /// Nodes visited so far.
     nodes: usize,
     /// The most nodes this walk visits.
@@ -103,7 +105,8 @@ struct Walk {
 impl Walk {
     fn new(max_nodes: usize) -> Self {
         Walk {
-            ancestors: Vec::new(),
+            ancestors: [std::ptr::null(); MAX_NESTING_DEPTH + 1],
+            depth: 0,
             nodes: 0,
             max_nodes,
         }
@@ -113,13 +116,13 @@ impl Walk {
     /// dictionary, each with `self.ancestors` holding the path to it.
     fn node(&mut self, node: &raw::ArrowSchema, path: &Path<'_>) -> Result<Field> {
         let this: *const raw::ArrowSchema = node;
-        if self.ancestors.contains(&this) {
+        if self.ancestors[..self.depth].contains(&this) {
             return Err(Error::invalid(
                 path,
                 "the struct is its own ancestor: the children or dictionary pointers form a cycle",
             ));
         }
-        if self.ancestors.len() > MAX_NESTING_DEPTH {
+        if self.depth > MAX_NESTING_DEPTH {
             return Err(Error::invalid(
                 path,
                 format!("nesting is deeper than {MAX_NESTING_DEPTH} levels"),
@@ -137,20 +140,25 @@ impl Walk {
         }
         let members = Members::read(node, path, self.max_nodes)?;
 
-        self.ancestors.push(this);
+        self.ancestors[self.depth] = this;
+        self.depth += 1;
         let data_type = self
             .data_type(node, members.parsed, members.n_children, path)
             .and_then(|data_type| self.dictionary(node, data_type, path));
-        self.ancestors.pop();
+        self.depth -= 1;
 
         let flags = node.flags;
-        Ok(Field::new(
+        let field = Field::new(
             members.name,
             data_type?,
             flags & Flags::NULLABLE.bits() != 0,
         )
-        .with_dict_is_ordered(flags & Flags::DICTIONARY_ORDERED.bits() != 0)
-        .with_metadata(members.metadata))
+        .with_dict_is_ordered(flags & Flags::DICTIONARY_ORDERED.bits() != 0);
+        // `with_metadata` converts even an empty map (most fields have none).
+        if members.metadata.is_empty() {
+            return Ok(field);
+        }
+        Ok(field.with_metadata(members.metadata))
     }
 
     /// `index` wrapped in a dictionary type when `node` has a dictionary (the
