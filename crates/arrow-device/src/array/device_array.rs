@@ -47,7 +47,8 @@ use crate::validate::{self, ValidationLevel};
 pub struct DeviceArray {
     storage: Arc<Storage>,
     node: NodeRef,
-    field: FieldRef,
+    /// `None`: the storage's root field (no allocation per import).
+    field: Option<FieldRef>,
 }
 
 /// The node a handle describes: the storage's root (no allocation per
@@ -80,6 +81,8 @@ struct Storage {
     sizes_known: bool,
     /// The tree as imported (or copied).
     root: Node,
+    /// The root's field.
+    field: Field,
     /// The foreign struct (released on drop) or our own device copy.
     _keep: Keep,
 }
@@ -145,7 +148,7 @@ impl DeviceArray {
                 "array struct was released (release is NULL)",
             ));
         }
-        let field = Arc::new(crate::schema::import_field(&schema)?);
+        let field = crate::schema::import_field(&schema)?;
         drop(schema);
         if array.device_type == DeviceType::CPU && !array.sync_event.is_null() {
             // Spec, "Synchronization event types": N/A for the CPU, so the
@@ -177,12 +180,13 @@ impl DeviceArray {
             host_synced: AtomicBool::new(host_synced),
             sizes_known,
             root: node,
+            field,
             _keep: Keep::Imported { _array: array },
         });
         let imported = DeviceArray {
             storage,
             node: NodeRef::Root,
-            field,
+            field: None,
         };
         if level == ValidationLevel::Full {
             imported.validate_full()?;
@@ -262,13 +266,13 @@ impl DeviceArray {
     }
 
     /// The field (name, type, nullability, metadata) from the schema.
-    pub fn field(&self) -> &FieldRef {
-        &self.field
+    pub fn field(&self) -> &Field {
+        self.field.as_deref().unwrap_or(&self.storage.field)
     }
 
     /// The data type.
     pub fn data_type(&self) -> &DataType {
-        self.field.data_type()
+        self.field().data_type()
     }
 
     /// The number of slots.
@@ -319,7 +323,7 @@ impl DeviceArray {
     /// The children as the producer laid them out (a parent's offset is not
     /// applied to them).
     pub fn children(&self) -> Vec<DeviceArray> {
-        let fields = child_fields(&self.field);
+        let fields = child_fields(self.field());
         self.node()
             .children
             .iter()
@@ -327,7 +331,7 @@ impl DeviceArray {
             .map(|(child, field)| DeviceArray {
                 storage: self.storage.clone(),
                 node: NodeRef::Derived(Arc::new(child.clone())),
-                field,
+                field: Some(field),
             })
             .collect()
     }
@@ -341,7 +345,11 @@ impl DeviceArray {
         Some(DeviceArray {
             storage: self.storage.clone(),
             node: NodeRef::Derived(Arc::new((**dictionary).clone())),
-            field: Arc::new(Field::new("dictionary", (**value_type).clone(), true)),
+            field: Some(Arc::new(Field::new(
+                "dictionary",
+                (**value_type).clone(),
+                true,
+            ))),
         })
     }
 
@@ -424,7 +432,7 @@ impl DeviceArray {
         }
         let schema = Arc::new(Schema::new_with_metadata(
             fields.clone(),
-            self.field.metadata().clone(),
+            self.field().metadata().clone(),
         ));
         Ok(RecordBatch::try_new(
             schema,
@@ -465,7 +473,7 @@ impl DeviceArray {
     /// alive; `sync_event` is the producer's, still owned by this tree.
     pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
         let device = self.require_device()?;
-        let schema = FFI_ArrowSchema::try_from(self.field.as_ref())?;
+        let schema = FFI_ArrowSchema::try_from(self.field())?;
         let keep: KeepAlive = self.storage.clone();
         Ok((
             export_node(self.node(), keep, device.as_ref(), self.storage.sync_event),
@@ -489,12 +497,13 @@ impl DeviceArray {
             host_synced: AtomicBool::new(host_synced),
             sizes_known: true,
             root: node,
+            field: self.field().clone(),
             _keep: Keep::Shared { _memory: keep },
         });
         DeviceArray {
             storage,
             node: NodeRef::Root,
-            field: self.field.clone(),
+            field: None,
         }
     }
 

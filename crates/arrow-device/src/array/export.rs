@@ -142,7 +142,9 @@ fn export_data_struct(
 ) -> raw::ArrowArray {
     let data_type = data.data_type();
     let has_validity = layout::has_validity(data_type);
-    let mut buffers = Vec::with_capacity(data.buffers().len() + 2);
+    let capacity =
+        usize::from(has_validity) + data.buffers().len() + usize::from(layout::is_view(data_type));
+    let mut buffers = Vec::with_capacity(capacity);
     if has_validity {
         let validity = match node::validity_in_place(data) {
             Some(ptr) => ptr.cast(),
@@ -205,7 +207,8 @@ pub(crate) fn export_node(
 
 /// Everything one exported struct owns.
 struct PrivateData {
-    buffers: Box<[*const c_void]>,
+    // A Vec, not a boxed slice: boxing would shrink (reallocate) it.
+    buffers: Vec<*const c_void>,
     children: Box<[*mut raw::ArrowArray]>,
     dictionary: *mut raw::ArrowArray,
     // The variadic-sizes buffer of view types lives in host memory (see the
@@ -272,7 +275,7 @@ fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
         None => Box::default(),
     };
     let mut private = Box::new(PrivateData {
-        buffers: buffers.into_boxed_slice(),
+        buffers,
         children: parts.children,
         dictionary: parts.dictionary,
         _variadic_sizes: variadic_sizes,

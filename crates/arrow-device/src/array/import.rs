@@ -11,6 +11,7 @@
 use std::ffi::c_void;
 
 use arrow_schema::{DataType, UnionMode};
+use smallvec::SmallVec;
 
 use crate::abi::raw;
 use crate::array::layout::{self, BufferKind};
@@ -37,7 +38,8 @@ pub(crate) struct Importer<'d> {
     level: ValidationLevel,
     /// `None` for device types without an implementation (opaque import).
     device: Option<&'d DeviceRef>,
-    reads: Vec<Read>,
+    /// Inline for small trees: no allocation for one string column.
+    reads: SmallVec<[Read; 4]>,
 }
 
 impl<'d> Importer<'d> {
@@ -45,7 +47,7 @@ impl<'d> Importer<'d> {
         Self {
             level,
             device,
-            reads: Vec::new(),
+            reads: SmallVec::new(),
         }
     }
 
@@ -195,7 +197,7 @@ impl<'d> Importer<'d> {
             len,
             offset,
             null_count,
-            buffers: Vec::with_capacity(raw_buffers.len()),
+            buffers: crate::array::node::Buffers::with_capacity(raw_buffers.len()),
             children: Vec::with_capacity(expected_children),
             dictionary: None,
             first_last: None,
@@ -314,7 +316,11 @@ impl<'d> Importer<'d> {
         }
 
         // Children.
-        let child_types = child_types(data_type);
+        let child_types = if expected_children > 0 {
+            child_types(data_type)
+        } else {
+            Vec::new()
+        };
         for (i, (name, child_type)) in child_types.iter().enumerate() {
             // SAFETY: children is non-NULL with n_children entries (checked).
             let child_ptr = unsafe { *array.children.add(i) };
@@ -339,7 +345,7 @@ impl<'d> Importer<'d> {
             let dict = unsafe { self.walk(dictionary, value_type, &dict_path, depth + 1) }?;
             node.dictionary = Some(Box::new(dict));
         }
-        if checks {
+        if checks && expected_children > 0 {
             check_children(&mut node, path)?;
         }
         if self.level >= ValidationLevel::Default {
@@ -369,8 +375,8 @@ impl<'d> Importer<'d> {
 
     /// Reads every pending value: host memory directly, device memory through
     /// one stream that first waits on the producer's event, synchronized once.
-    fn read_all(&self, device: &DeviceRef, sync_event: *mut c_void) -> Result<Vec<i64>> {
-        let mut values = vec![0i64; self.reads.len()];
+    fn read_all(&self, device: &DeviceRef, sync_event: *mut c_void) -> Result<SmallVec<[i64; 4]>> {
+        let mut values: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; self.reads.len()];
         if self.reads.is_empty() {
             return Ok(values);
         }

@@ -21,6 +21,9 @@ use arrow_schema::DataType;
 use crate::array::layout::{self, BufferKind};
 use crate::error::Result;
 
+/// A node's buffers, inline up to three (every type but views).
+pub(crate) type Buffers = smallvec::SmallVec<[RawBuf; 3]>;
+
 /// One buffer: where it starts and how many bytes of it the node uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RawBuf {
@@ -65,7 +68,7 @@ pub(crate) struct Node {
     pub null_count: Option<usize>,
     /// C order, without the variadic-sizes buffer of view types (derived from
     /// the variadic buffers' sizes when exporting).
-    pub buffers: Vec<RawBuf>,
+    pub buffers: Buffers,
     pub children: Vec<Node>,
     pub dictionary: Option<Box<Node>>,
     /// Values read from data during import (first/last offset), for checks
@@ -202,7 +205,7 @@ impl Node {
     /// caller keeps alive with `data`.
     pub(crate) fn from_array_data(data: &ArrayData, extra: &mut Vec<Buffer>) -> Node {
         let data_type = data.data_type();
-        let mut buffers = Vec::with_capacity(data.buffers().len() + 1);
+        let mut buffers = Buffers::with_capacity(data.buffers().len() + 1);
         if layout::has_validity(data_type) {
             buffers.push(validity_of(data, extra));
         }

@@ -92,10 +92,10 @@ pub fn import_schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
 
 /// The state of one walk over a tree.
 struct Walk {
-    /// The nodes from the root to the current one's parent, to find cycles:
-    /// the first `depth` entries (a fixed array: no allocation per walk).
-    ancestors: [*const raw::ArrowSchema; MAX_NESTING_DEPTH + 1],
-    depth: usize,
+    /// The nodes from the root to the current one's parent, to find cycles.
+    /// Only nodes with children or a dictionary are pushed (a leaf is no
+    /// one's ancestor), so importing a flat type allocates nothing here.
+    ancestors: Vec<*const raw::ArrowSchema>,
     /// Nodes visited so far.
     nodes: usize,
     /// The most nodes this walk visits.
@@ -105,8 +105,7 @@ struct Walk {
 impl Walk {
     fn new(max_nodes: usize) -> Self {
         Walk {
-            ancestors: [std::ptr::null(); MAX_NESTING_DEPTH + 1],
-            depth: 0,
+            ancestors: Vec::new(),
             nodes: 0,
             max_nodes,
         }
@@ -116,13 +115,13 @@ impl Walk {
     /// dictionary, each with `self.ancestors` holding the path to it.
     fn node(&mut self, node: &raw::ArrowSchema, path: &Path<'_>) -> Result<Field> {
         let this: *const raw::ArrowSchema = node;
-        if self.ancestors[..self.depth].contains(&this) {
+        if self.ancestors.contains(&this) {
             return Err(Error::invalid(
                 path,
                 "the struct is its own ancestor: the children or dictionary pointers form a cycle",
             ));
         }
-        if self.depth > MAX_NESTING_DEPTH {
+        if self.ancestors.len() > MAX_NESTING_DEPTH {
             return Err(Error::invalid(
                 path,
                 format!("nesting is deeper than {MAX_NESTING_DEPTH} levels"),
@@ -140,12 +139,16 @@ impl Walk {
         }
         let members = Members::read(node, path, self.max_nodes)?;
 
-        self.ancestors[self.depth] = this;
-        self.depth += 1;
+        let is_parent = members.n_children > 0 || !node.dictionary.is_null();
+        if is_parent {
+            self.ancestors.push(this);
+        }
         let data_type = self
             .data_type(node, members.parsed, members.n_children, path)
             .and_then(|data_type| self.dictionary(node, data_type, path));
-        self.depth -= 1;
+        if is_parent {
+            self.ancestors.pop();
+        }
 
         let flags = node.flags;
         let field = Field::new(
