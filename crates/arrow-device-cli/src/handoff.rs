@@ -134,7 +134,8 @@ mod tests {
         assert_eq!(counts.dictionaries, 0);
         assert_eq!(counts.host_checked, 1);
         let imported =
-            arrow_device::DeviceArray::try_new(array, schema, arrow_device::ValidationLevel::Full)
+            // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+            unsafe { arrow_device::DeviceArray::try_new(array, schema, arrow_device::ValidationLevel::Full) }
                 .unwrap();
         assert_eq!(imported.to_record_batch().unwrap(), batch);
     }

@@ -97,7 +97,8 @@ impl Pipeline {
         totals.times.handoff += t.elapsed();
 
         let t = Instant::now();
-        let imported = DeviceArray::try_new(array, schema, self.level)
+        // SAFETY: the C hand-off moved this crate's own export; every pointer in it is ours and valid.
+        let imported = unsafe { DeviceArray::try_new(array, schema, self.level) }
             .map_err(|e| CliError::stage("import", index, e))?;
         totals.times.import += t.elapsed();
 

@@ -4,7 +4,8 @@
 //! Each group is one input; its functions are:
 //! * `arrow-rs`: `to_ffi` → `from_ffi` → `make_array` → drop;
 //! * `arrow-device`: `export_array` / `export_record_batch` →
-//!   `DeviceArray::try_new(.., ValidationLevel::Default)` → `to_host` → drop;
+//!   // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+//!   `unsafe { DeviceArray::try_new(.., ValidationLevel::Default) }` → `to_host` → drop;
 //! * `arrow-device-minimal`, `arrow-device-none`: the same at the lower
 //!   validation levels, for reference.
 //!
@@ -74,13 +75,15 @@ fn arrow_rs_round_trip(array: &dyn Array) -> ArrayRef {
 
 fn device_round_trip(array: &dyn Array, level: ValidationLevel) -> ArrayRef {
     let (c_array, c_schema) = export_array(array).expect("exportable type");
-    let imported = DeviceArray::try_new(c_array, c_schema, level).expect("valid import");
+    // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+    let imported = unsafe { DeviceArray::try_new(c_array, c_schema, level) }.expect("valid import");
     imported.to_host().expect("CPU memory")
 }
 
 fn device_batch_round_trip(batch: &RecordBatch, level: ValidationLevel) -> ArrayRef {
     let (c_array, c_schema) = export_record_batch(batch).expect("exportable batch");
-    let imported = DeviceArray::try_new(c_array, c_schema, level).expect("valid import");
+    // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+    let imported = unsafe { DeviceArray::try_new(c_array, c_schema, level) }.expect("valid import");
     imported.to_host().expect("CPU memory")
 }
 

@@ -36,7 +36,8 @@
 //! assert_eq!(array.device_type, DeviceType::CPU);
 //!
 //! // Consumer side: validate, then use as arrow-rs data without a copy.
-//! let imported = DeviceArray::try_new(array, schema, ValidationLevel::Default).unwrap();
+//! // SAFETY: the structs come from this crate's exporter, a conforming producer.
+//! let imported = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
 //! assert_eq!(imported.len(), 3);
 //! assert_eq!(imported.to_record_batch().unwrap(), batch);
 //! ```

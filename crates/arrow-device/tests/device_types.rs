@@ -9,7 +9,8 @@ fn relabel(array: &dyn Array, device_type: DeviceType, device_id: i64) -> Device
     let (mut c_array, schema) = export_array(array).unwrap();
     c_array.device_type = device_type;
     c_array.device_id = device_id;
-    DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap()
+    // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+    unsafe { DeviceArray::try_new(c_array, schema, ValidationLevel::Default) }.unwrap()
 }
 
 #[test]
@@ -58,7 +59,9 @@ fn pinned_memory_with_an_event_needs_the_runtime() {
     c_array.sync_event = (&mut fake_event as *mut u64).cast();
     // Fixed-width data needs no reads at import; the event is honoured (and
     // fails without CUDA) before the host touches the data.
-    let imported = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap();
+    // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+    let imported =
+        unsafe { DeviceArray::try_new(c_array, schema, ValidationLevel::Default) }.unwrap();
     let err = imported.to_host().unwrap_err();
     assert!(matches!(err, Error::Device { .. }), "{err}");
     assert!(err.to_string().contains("sync_event"), "{err}");
@@ -105,7 +108,9 @@ fn a_cpu_array_with_a_sync_event_is_rejected_when_read() {
     let (mut c_array, schema) = export_array(&strings).unwrap();
     let mut fake_event = 0u64;
     c_array.sync_event = (&mut fake_event as *mut u64).cast();
-    let err = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap_err();
+    // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+    let err =
+        unsafe { DeviceArray::try_new(c_array, schema, ValidationLevel::Default) }.unwrap_err();
     assert!(err.to_string().contains("sync_event"), "{err}");
 }
 
@@ -146,7 +151,9 @@ fn sliced_arrays_copy_only_what_they_reference_and_round_trip_through_the_emulat
         (DeviceType::EXT_DEV, 40)
     );
     assert!(!c_array.sync_event.is_null());
-    let imported = DeviceArray::try_new(c_array, schema, ValidationLevel::Default).unwrap();
+    // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+    let imported =
+        unsafe { DeviceArray::try_new(c_array, schema, ValidationLevel::Default) }.unwrap();
     let slice = imported.slice(421, 17).unwrap();
     let host = slice.to_host().unwrap();
     assert_eq!(host.as_ref(), &strings.slice(421, 17) as &dyn Array);

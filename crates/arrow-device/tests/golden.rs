@@ -188,7 +188,9 @@ fn every_golden_batch_round_trips_sliced_on_the_cpu() {
         }
         // Slicing the imported struct array agrees with slicing the batch.
         let (c_array, c_schema) = export_record_batch(batch).unwrap();
-        let imported = DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full).unwrap();
+        // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+        let imported =
+            unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full) }.unwrap();
         for (offset, len) in [(n.min(3), n - n.min(3)), (n / 2, 0)] {
             let slice = imported
                 .slice(offset, len)
@@ -229,8 +231,10 @@ fn golden_batches_sliced_on_the_emulated_device_copy_back_equal() {
         "golden DeviceArray::slice on the emulated device",
         |case, batch| {
             let (c_array, c_schema) = export_record_batch_to(batch, &device).unwrap();
-            let imported = DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default)
-                .unwrap_or_else(|e| panic!("{case}: import: {e}"));
+            // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+            let imported =
+                unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
+                    .unwrap_or_else(|e| panic!("{case}: import: {e}"));
             let n = batch.num_rows();
             for (offset, len) in [(n.min(3), n - n.min(3)), (n.min(1), n.saturating_sub(2))] {
                 let slice = imported

@@ -13,7 +13,8 @@
 //!
 //! let strings = StringArray::from(vec![Some("a"), None, Some("ccc")]);
 //! let (array, schema) = export_array(&strings).unwrap();
-//! let imported = DeviceArray::try_new(array, schema, ValidationLevel::Default).unwrap();
+//! // SAFETY: the structs come from this crate's exporter, a conforming producer.
+//! let imported = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
 //! assert_eq!(imported.device_type(), DeviceType::CPU);
 //! assert_eq!((imported.len(), imported.null_count()), (3, Some(1)));
 //! // validity, offsets, data: the data buffer's size is the last offset.
@@ -129,7 +130,18 @@ impl DeviceArray {
 
     /// Imports a device array and its schema, taking ownership of both: they
     /// are released exactly once, also when an error is returned.
-    pub fn try_new(
+    ///
+    /// Validation (at `level`) checks everything the structs say about
+    /// themselves, but no importer can check that a pointer is valid: that is
+    /// the producer's promise, as for arrow-rs' `from_ffi`.
+    ///
+    /// # Safety
+    /// The structs must follow the C (Device) Data Interface: every pointer
+    /// valid for what it describes (the struct tree, `sync_event` pointing to
+    /// an event of `device_type`, buffers of at least the sizes their
+    /// offsets and lengths imply), as any conforming producer, including this
+    /// crate's exporters, guarantees.
+    pub unsafe fn try_new(
         array: ArrowDeviceArray,
         schema: FFI_ArrowSchema,
         level: ValidationLevel,
@@ -229,11 +241,15 @@ impl DeviceArray {
                 FFI_ArrowSchema::from_raw(schema),
             )
         };
-        Self::try_new(array, schema, level)
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::try_new(array, schema, level) }
     }
 
     /// Imports a plain C Data Interface array (CPU memory).
-    pub fn try_from_cpu(
+    ///
+    /// # Safety
+    /// As for [`DeviceArray::try_new`].
+    pub unsafe fn try_from_cpu(
         array: FFI_ArrowArray,
         schema: FFI_ArrowSchema,
         level: ValidationLevel,
@@ -242,7 +258,8 @@ impl DeviceArray {
             array,
             ..ArrowDeviceArray::empty()
         };
-        Self::try_new(device_array, schema, level)
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::try_new(device_array, schema, level) }
     }
 
     /// The device type the buffers live on.

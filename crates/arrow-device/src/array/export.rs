@@ -17,7 +17,8 @@
 //! assert_eq!(c_array.device_id, -1);
 //! assert!(c_array.sync_event.is_null());
 //!
-//! let imported = DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full).unwrap();
+//! // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+//! let imported = unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full) }.unwrap();
 //! let back = imported.to_host().unwrap();
 //! assert_eq!(back.as_ref(), &array as &dyn Array);
 //! ```

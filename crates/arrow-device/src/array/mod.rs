@@ -15,7 +15,8 @@
 //!     Some(vec![Some(3)]),
 //! ]);
 //! let (array, schema) = export_array(&lists).unwrap();
-//! let imported = DeviceArray::try_new(array, schema, ValidationLevel::Full).unwrap();
+//! // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+//! let imported = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Full) }.unwrap();
 //! // The child is the producer's layout: three values, no parent offset applied.
 //! assert_eq!(imported.children()[0].len(), 3);
 //! assert_eq!(imported.to_host().unwrap().as_ref(), &lists as &dyn Array);

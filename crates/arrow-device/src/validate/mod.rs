@@ -13,7 +13,8 @@
 //! let (mut array, schema) = export_array(&StringArray::from(vec!["ab", "c"])).unwrap();
 //! // Corrupt the length: the offsets buffer is now too short for it.
 //! raw::array_mut(&mut array.array).length = -4;
-//! let err = DeviceArray::try_new(array, schema, ValidationLevel::Minimal).unwrap_err();
+//! // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+//! let err = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Minimal) }.unwrap_err();
 //! assert_eq!(err.to_string(), "array: length is -4, expected >= 0");
 //! ```
 
