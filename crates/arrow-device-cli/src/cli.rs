@@ -1,5 +1,9 @@
 //! Command-line arguments (clap derive) and the device they select.
 
+// The field docs are the program's --help text, written for a terminal:
+// `emulated[:N]` there is a usage pattern, not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;

@@ -184,3 +184,53 @@ fn sliced_arrays_copy_only_what_they_reference_and_round_trip_through_the_emulat
         &strings.slice(424, 9) as &dyn Array
     );
 }
+
+#[test]
+fn misaligned_foreign_buffers_are_copied_not_read_in_place() {
+    use arrow_array::{Decimal128Array, Int64Array};
+    use arrow_device::abi::raw;
+    fn misaligned_copy(bytes: &[u8]) -> (Vec<u8>, *const u8) {
+        let mut storage = vec![0u8; bytes.len() + 1];
+        storage[1..].copy_from_slice(bytes);
+        let ptr = storage[1..].as_ptr();
+        (storage, ptr)
+    }
+    let ints = Int64Array::from(vec![Some(1), None, Some(-3), Some(i64::MAX)]);
+    let decimals = Decimal128Array::from(vec![Some(12345), None, Some(-1)])
+        .with_precision_and_scale(20, 2)
+        .unwrap();
+    for (array, values) in [
+        (&ints as &dyn Array, ints.values().inner().as_slice()),
+        (
+            &decimals as &dyn Array,
+            decimals.values().inner().as_slice(),
+        ),
+    ] {
+        let (_storage, ptr) = misaligned_copy(values);
+        assert_eq!(ptr as usize % 2, 1, "the test buffer must be misaligned");
+        for level in [
+            ValidationLevel::None,
+            ValidationLevel::Default,
+            ValidationLevel::Full,
+        ] {
+            let (mut c_array, schema) = export_array(array).unwrap();
+            let raw = raw::array_mut(&mut c_array.array);
+            // SAFETY: the exported struct has two buffers; `_storage` outlives
+            // every use of the repointed buffer below.
+            unsafe { *raw.buffers.add(1) = ptr.cast() };
+            // SAFETY: every pointer is valid (the values buffer is our
+            // misaligned copy); only its alignment is unusual.
+            let imported = unsafe { DeviceArray::try_new(c_array, schema, level) }.unwrap();
+            assert_eq!(
+                imported.buffers()[1].ptr,
+                ptr,
+                "the import describes the producer's pointer"
+            );
+            let back = imported.to_host().unwrap();
+            assert_eq!(back.as_ref(), array, "{level:?}: values survive");
+            let values_ptr = back.to_data().buffers()[0].as_ptr();
+            assert_ne!(values_ptr, ptr, "{level:?}: misaligned data is copied");
+            assert_eq!(values_ptr as usize % 8, 0, "{level:?}: the copy is aligned");
+        }
+    }
+}
