@@ -234,3 +234,64 @@ fn misaligned_foreign_buffers_are_copied_not_read_in_place() {
         }
     }
 }
+
+#[test]
+fn slices_of_large_string_columns_copy_only_their_bytes_off_the_device() {
+    use arrow_array::{LargeStringArray, StructArray};
+    use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
+    use arrow_device::device::DeviceRef;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let device: DeviceRef = EmulatedDevice::new(
+        43,
+        EmulatedConfig {
+            strict: true,
+            delay: Duration::from_millis(1),
+        },
+    );
+    arrow_device::device::register(device.clone());
+    // 2 MiB of string data: above the size at which slices are narrowed.
+    let row = |i: usize| (i % 11 != 0).then(|| format!("{i:064}"));
+    let strings: StringArray = (0..32_768).map(row).collect();
+    let large: LargeStringArray = (0..32_768).map(row).collect();
+    let nested = StructArray::from(vec![(
+        Arc::new(arrow_schema::Field::new(
+            "s",
+            strings.data_type().clone(),
+            true,
+        )),
+        Arc::new(strings.clone()) as arrow_array::ArrayRef,
+    )]);
+    for array in [&strings as &dyn Array, &large, &nested] {
+        let (c_array, schema) = arrow_device::export_array_to(array, &device).unwrap();
+        // SAFETY: the structs come from this crate's exporter.
+        let imported =
+            unsafe { DeviceArray::try_new(c_array, schema, ValidationLevel::Default) }.unwrap();
+        let slice = imported.slice(20_001, 10).unwrap();
+        let back = slice.to_host().unwrap();
+        assert_eq!(back.as_ref(), &array.slice(20_001, 10) as &dyn Array);
+        let data_len = match back.as_any().downcast_ref::<StringArray>() {
+            Some(s) => s.values().len(),
+            None => match back.as_any().downcast_ref::<LargeStringArray>() {
+                Some(s) => s.values().len(),
+                None => {
+                    let s = back.as_any().downcast_ref::<StructArray>().unwrap();
+                    s.column(0)
+                        .as_any()
+                        .downcast_ref::<StringArray>()
+                        .unwrap()
+                        .values()
+                        .len()
+                }
+            },
+        };
+        // 10 rows (one null) of 64 bytes, plus the up to 7 rows before the
+        // slice that keep the validity bitmap byte-aligned.
+        assert!(
+            data_len <= 17 * 64,
+            "copied {data_len} bytes of string data for 10 rows"
+        );
+        // The whole column still copies whole.
+        assert_eq!(imported.to_host().unwrap().as_ref(), array);
+    }
+}

@@ -11,6 +11,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use arrow_buffer::{Buffer, MutableBuffer};
+use arrow_schema::DataType;
 
 use crate::array::export::KeepAlive;
 use crate::array::node::{Node, RawBuf};
@@ -222,13 +223,15 @@ pub(crate) fn device_to_host(
     src: &DeviceRef,
     sync_event: *mut c_void,
 ) -> Result<(Node, Buffer)> {
-    let node = &node.trimmed();
-    let (offsets, total) = plan(node)?;
-    let mut host = MutableBuffer::from_len_zeroed(total);
-    let base = host.as_mut_ptr();
+    let mut node = node.trimmed();
     let stream = src.create_stream()?;
     // SAFETY: `sync_event` is the producer's event for this device (or NULL).
     unsafe { src.stream_wait_sync_event(&stream, sync_event) }?;
+    narrow_string_data(&mut node, src, &stream)?;
+    let node = &node;
+    let (offsets, total) = plan(node)?;
+    let mut host = MutableBuffer::from_len_zeroed(total);
+    let base = host.as_mut_ptr();
     let copied = relocate(node, &offsets, base);
     let result = for_each_pair(node, &copied, |from, to| {
         // SAFETY: `from` is valid device memory of `src`; `to` lies inside
@@ -238,5 +241,142 @@ pub(crate) fn device_to_host(
     let synced = src.synchronize_stream(&stream);
     result?;
     synced?;
+    // SAFETY: the copies have completed; `copied` describes `host`, which
+    // nothing else references yet.
+    unsafe { rebase_narrowed_offsets(&copied) };
     Ok((copied, Buffer::from(host)))
+}
+
+/// String and binary data buffers above this size are narrowed to the bytes
+/// a slice references before a copy to the host: worth one more batched
+/// read of offsets (one synchronization for the whole tree).
+const NARROW_DATA_ABOVE: usize = 1 << 20;
+
+fn is_narrowable(node: &Node) -> bool {
+    matches!(
+        node.data_type,
+        DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary
+    ) && node.data_shift.is_none()
+        && !node.buffers[1].ptr.is_null()
+        && !node.buffers[2].ptr.is_null()
+        && node.buffers[2].len > NARROW_DATA_ABOVE
+}
+
+fn offset_width(data_type: &DataType) -> usize {
+    match data_type {
+        DataType::LargeUtf8 | DataType::LargeBinary => 8,
+        _ => 4,
+    }
+}
+
+/// Visits every node of the tree in pre-order.
+fn for_each_node_mut(node: &mut Node, f: &mut impl FnMut(&mut Node)) {
+    f(node);
+    for child in &mut node.children {
+        for_each_node_mut(child, f);
+    }
+    if let Some(dictionary) = &mut node.dictionary {
+        for_each_node_mut(dictionary, f);
+    }
+}
+
+/// Narrows large string/binary data buffers of a trimmed tree to
+/// `[offsets[0], offsets[slots])` of their (trimmed) offsets buffer, reading
+/// those offsets in one batch on `stream`; marks each narrowed node with
+/// `data_shift` so that [`rebase_narrowed_offsets`] shifts its offsets.
+fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Result<()> {
+    let mut reads: Vec<(*const u8, usize)> = Vec::new();
+    for_each_node_mut(node, &mut |n| {
+        if is_narrowable(n) {
+            let width = offset_width(&n.data_type);
+            let offsets = n.buffers[1].ptr;
+            reads.push((offsets, width));
+            reads.push((offsets.wrapping_add(n.slots() * width), width));
+        }
+    });
+    if reads.is_empty() {
+        return Ok(());
+    }
+    let mut staging = vec![0u8; reads.len() * 8];
+    for (i, &(ptr, width)) in reads.iter().enumerate() {
+        // SAFETY: `ptr` lies inside an offsets buffer of `src` that the
+        // import sized for `slots + 1` offsets; the slot outlives the sync.
+        unsafe { src.copy_to_host(ptr, staging[i * 8..].as_mut_ptr(), width, stream) }?;
+    }
+    src.synchronize_stream(stream)?;
+    let value = |i: usize, width: usize| -> i64 {
+        let bytes = &staging[i * 8..i * 8 + 8];
+        match width {
+            8 => i64::from_ne_bytes(bytes.try_into().unwrap_or([0; 8])),
+            _ => i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64,
+        }
+    };
+    let mut next = 0;
+    let mut invalid = None;
+    for_each_node_mut(node, &mut |n| {
+        if !is_narrowable(n) {
+            return;
+        }
+        let width = offset_width(&n.data_type);
+        let (first, last) = (value(next, width), value(next + 1, width));
+        next += 2;
+        let data = &mut n.buffers[2];
+        match (usize::try_from(first), usize::try_from(last)) {
+            (Ok(f), Ok(l)) if f <= l && l <= data.len => {
+                data.ptr = data.ptr.wrapping_add(f);
+                data.len = l - f;
+                n.data_shift = Some(first);
+            }
+            _ => invalid = Some((first, last, data.len)),
+        }
+    });
+    match invalid {
+        Some((first, last, len)) => Err(Error::NotSupported(format!(
+            "cannot copy a string slice whose offsets run from {first} to {last} in a data buffer of {len} bytes"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Subtracts the first offset from every offset of the nodes
+/// [`narrow_string_data`] narrowed, so they address the narrowed data.
+///
+/// # Safety
+/// `node` must describe host memory that is writable and not yet shared.
+unsafe fn rebase_narrowed_offsets(node: &Node) {
+    let mut visit = |n: &Node| {
+        let Some(first) = n.data_shift else { return };
+        let count = n.slots() + 1;
+        let ptr = n.buffers[1].ptr.cast_mut();
+        // SAFETY: the offsets buffer holds `slots + 1` offsets in writable
+        // host memory (the caller's contract); `plan` aligns it to 64 bytes,
+        // and unaligned accesses make no claim about that anyway.
+        unsafe {
+            if offset_width(&n.data_type) == 8 {
+                let offsets = ptr.cast::<i64>();
+                for i in 0..count {
+                    let p = offsets.add(i);
+                    p.write_unaligned(p.read_unaligned() - first);
+                }
+            } else {
+                let offsets = ptr.cast::<i32>();
+                let first = first as i32;
+                for i in 0..count {
+                    let p = offsets.add(i);
+                    p.write_unaligned(p.read_unaligned() - first);
+                }
+            }
+        }
+    };
+    visit_nodes(node, &mut visit);
+}
+
+fn visit_nodes(node: &Node, f: &mut impl FnMut(&Node)) {
+    f(node);
+    for child in &node.children {
+        visit_nodes(child, f);
+    }
+    if let Some(dictionary) = &node.dictionary {
+        visit_nodes(dictionary, f);
+    }
 }

@@ -385,7 +385,6 @@ impl DeviceArray {
         let mut node = self.node().clone();
         node.offset += offset;
         node.len = len;
-        node.first_last = None;
         if node.null_count != Some(0) || offset + len != self.node().len || offset != 0 {
             node.null_count = if self.node().null_count == Some(0) {
                 Some(0)

@@ -200,7 +200,7 @@ impl<'d> Importer<'d> {
             buffers: crate::array::node::Buffers::with_capacity(raw_buffers.len()),
             children: Vec::with_capacity(expected_children),
             dictionary: None,
-            first_last: None,
+            data_shift: None,
             pending: Pending::None,
         };
         let checks = self.level >= ValidationLevel::Minimal;
@@ -564,7 +564,6 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                     format!("offsets decrease: first offset {first} > last offset {last}"),
                 ));
             }
-            node.first_last = Some((first, last));
             let last = last as usize;
             match node.data_type {
                 DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {

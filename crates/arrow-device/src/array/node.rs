@@ -71,9 +71,10 @@ pub(crate) struct Node {
     pub buffers: Buffers,
     pub children: Vec<Node>,
     pub dictionary: Option<Box<Node>>,
-    /// Values read from data during import (first/last offset), for checks
-    /// and for copying only what is referenced.
-    pub first_last: Option<(i64, i64)>,
+    /// Set only inside a copy to the host: this string/binary node's data
+    /// was narrowed to start at this offset, so the copied offsets must be
+    /// shifted down by it (see `copy::device_to_host`).
+    pub data_shift: Option<i64>,
     pub(crate) pending: Pending,
 }
 
@@ -112,7 +113,7 @@ impl Node {
             buffers: self.buffers.iter().map(|b| f(*b)).collect(),
             children: self.children.iter().map(|c| c.map_buffers(f)).collect(),
             dictionary: self.dictionary.as_ref().map(|d| Box::new(d.map_buffers(f))),
-            first_last: self.first_last,
+            data_shift: self.data_shift,
             pending: Pending::None,
         }
     }
@@ -179,7 +180,7 @@ impl Node {
             buffers,
             children,
             dictionary: self.dictionary.clone(),
-            first_last: None,
+            data_shift: None,
             pending: Pending::None,
         }
     }
@@ -239,7 +240,7 @@ impl Node {
             buffers,
             children,
             dictionary,
-            first_last: None,
+            data_shift: None,
             pending: Pending::None,
         }
     }
