@@ -340,7 +340,10 @@ impl DeviceArray {
     /// The children as the producer laid them out (a parent's offset is not
     /// applied to them).
     pub fn children(&self) -> Vec<DeviceArray> {
-        let fields = child_fields(self.field());
+        let fields: Vec<FieldRef> = crate::array::layout::child_fields(self.data_type())
+            .into_iter()
+            .cloned()
+            .collect();
         self.node()
             .children
             .iter()
@@ -547,21 +550,6 @@ impl DeviceArray {
         // SAFETY: CPU-accessible memory, synchronized, kept alive by `owner`.
         let data = unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
         validate::full(&data, &Path::root())
-    }
-}
-
-fn child_fields(field: &Field) -> Vec<FieldRef> {
-    match field.data_type() {
-        DataType::List(f)
-        | DataType::LargeList(f)
-        | DataType::ListView(f)
-        | DataType::LargeListView(f)
-        | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![f.clone()],
-        DataType::Struct(fields) => fields.iter().cloned().collect(),
-        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f.clone()).collect(),
-        DataType::RunEndEncoded(r, v) => vec![r.clone(), v.clone()],
-        _ => Vec::new(),
     }
 }
 

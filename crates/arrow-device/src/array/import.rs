@@ -447,29 +447,10 @@ fn non_negative(value: i64, what: &str, path: &Path<'_>) -> Result<usize> {
 
 /// The (name, type) of each child in C order.
 fn child_types(data_type: &DataType) -> Vec<(&str, &DataType)> {
-    match data_type {
-        DataType::List(f)
-        | DataType::LargeList(f)
-        | DataType::ListView(f)
-        | DataType::LargeListView(f)
-        | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![(f.name().as_str(), f.data_type())],
-        DataType::Struct(fields) => fields
-            .iter()
-            .map(|f| (f.name().as_str(), f.data_type()))
-            .collect(),
-        DataType::Union(fields, _) => fields
-            .iter()
-            .map(|(_, f)| (f.name().as_str(), f.data_type()))
-            .collect(),
-        DataType::RunEndEncoded(r, v) => {
-            vec![
-                (r.name().as_str(), r.data_type()),
-                (v.name().as_str(), v.data_type()),
-            ]
-        }
-        _ => Vec::new(),
-    }
+    layout::child_fields(data_type)
+        .into_iter()
+        .map(|f| (f.name().as_str(), f.data_type()))
+        .collect()
 }
 
 /// Child lengths that follow from the parent's metadata alone.

@@ -6,7 +6,7 @@
 //! buffer, the variadic buffers of view types). Import, export, validation and
 //! copies all read it, so the rules live in one place.
 
-use arrow_schema::{DataType, UnionMode};
+use arrow_schema::{DataType, FieldRef, UnionMode};
 
 /// What a buffer holds, which fixes how its size follows from the slot count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +103,23 @@ pub(crate) fn n_children(data_type: &DataType) -> Option<usize> {
         DataType::RunEndEncoded(_, _) => Some(2),
         DataType::Dictionary(key, _) => n_children(key),
         _ => Some(0),
+    }
+}
+
+/// The child fields of `data_type` in C order (dictionary values travel in
+/// `dictionary`, not as a child).
+pub(crate) fn child_fields(data_type: &DataType) -> Vec<&FieldRef> {
+    match data_type {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => vec![f],
+        DataType::Struct(fields) => fields.iter().collect(),
+        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f).collect(),
+        DataType::RunEndEncoded(r, v) => vec![r, v],
+        _ => Vec::new(),
     }
 }
 
