@@ -57,7 +57,7 @@
 //! * **`reserved`** is written as zero and ignored on import, so that a future
 //!   use of those bytes does not break this consumer.
 //! * **A non-NULL `sync_event` on a CPU array** (whose event type is "N/A") is
-//!   rejected when the data is accessed: it cannot be honoured.
+//!   rejected at import: it cannot be honoured.
 //!
 //! [Apache Arrow C Device Data Interface]: https://arrow.apache.org/docs/format/CDeviceDataInterface.html
 #![deny(unsafe_op_in_unsafe_fn)]
