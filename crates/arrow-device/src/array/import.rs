@@ -316,25 +316,20 @@ impl<'d> Importer<'d> {
         }
 
         // Children.
-        let child_types = if expected_children > 0 {
-            child_types(data_type)
-        } else {
-            Vec::new()
-        };
-        for (i, (name, child_type)) in child_types.iter().enumerate() {
+        for i in 0..expected_children {
+            let Some(child_field) = layout::child_field(data_type, i) else {
+                break; // `expected_children` counts exactly these fields
+            };
             // SAFETY: children is non-NULL with n_children entries (checked).
             let child_ptr = unsafe { *array.children.add(i) };
-            let child_path = if matches!(data_type, DataType::Struct(_)) {
-                path.field(i, Some(name))
-            } else {
-                path.child(i, Some(name))
-            };
+            let child_path = child_path(path, data_type, i);
             // SAFETY: a non-NULL child pointer of a valid struct.
             let Some(child) = (unsafe { child_ptr.as_ref() }) else {
                 return Err(Error::invalid(&child_path, "child pointer is NULL"));
             };
             // SAFETY: forwarded from the caller.
-            let child_node = unsafe { self.walk(child, child_type, &child_path, depth + 1) }?;
+            let child_node =
+                unsafe { self.walk(child, child_field.data_type(), &child_path, depth + 1) }?;
             node.children.push(child_node);
         }
         if let DataType::Dictionary(_, value_type) = data_type {
@@ -445,27 +440,23 @@ fn non_negative(value: i64, what: &str, path: &Path<'_>) -> Result<usize> {
         .map_err(|_| Error::invalid(path, format!("{what} is {value}, expected >= 0")))
 }
 
-/// The (name, type) of each child in C order.
-fn child_types(data_type: &DataType) -> Vec<(&str, &DataType)> {
-    layout::child_fields(data_type)
-        .into_iter()
-        .map(|f| (f.name().as_str(), f.data_type()))
-        .collect()
+/// The path of child `index` of a node of `data_type`: `field "name"` under
+/// a struct, `child i "name"` under other nested types.
+fn child_path<'a>(path: &'a Path<'a>, data_type: &'a DataType, index: usize) -> Path<'a> {
+    let name = layout::child_field(data_type, index).map(|f| f.name().as_str());
+    if matches!(data_type, DataType::Struct(_)) {
+        path.field(index, name)
+    } else {
+        path.child(index, name)
+    }
 }
 
 /// Child lengths that follow from the parent's metadata alone.
 fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
     let slots = node.slots();
-    let is_struct = matches!(node.data_type, DataType::Struct(_));
     let need = |child: &Node, i: usize, needed: usize, why: &str| -> Result<()> {
         if child.len < needed {
-            let names = child_types(&node.data_type);
-            let name = names.get(i).map(|(n, _)| *n);
-            let p = if is_struct {
-                path.field(i, name)
-            } else {
-                path.child(i, name)
-            };
+            let p = child_path(path, &node.data_type, i);
             return Err(Error::invalid(
                 &p,
                 format!(
@@ -508,8 +499,7 @@ fn check_children(node: &mut Node, path: &Path<'_>) -> Result<()> {
                 ));
             }
             if run_ends.null_count.is_some_and(|n| n > 0) {
-                let names = child_types(&node.data_type);
-                let p = path.child(0, names.first().map(|(n, _)| *n));
+                let p = child_path(path, &node.data_type, 0);
                 return Err(Error::invalid(&p, "run ends must not contain nulls"));
             }
             if slots > 0 && run_ends.len == 0 {
@@ -560,9 +550,8 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                 _ => {
                     let child = &node.children[0];
                     if child.len < last && level >= ValidationLevel::Default {
-                        let names = child_types(&node.data_type);
                         return Err(Error::invalid(
-                            &path.child(0, names.first().map(|(n, _)| *n)),
+                            &child_path(path, &node.data_type, 0),
                             format!(
                                 "child has length {}, expected at least {last} (the last offset)",
                                 child.len
@@ -595,9 +584,8 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
         Pending::LastRunEnd { read } => {
             let last = values[read];
             if last < node.slots() as i64 {
-                let names = child_types(&node.data_type);
                 return Err(Error::invalid(
-                    &path.child(0, names.first().map(|(n, _)| *n)),
+                    &child_path(path, &node.data_type, 0),
                     format!(
                         "last run end is {last}, expected at least {} (offset + length)",
                         node.slots()
@@ -609,16 +597,8 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
     if node.children.is_empty() && node.dictionary.is_none() {
         return Ok(());
     }
-    let data_type = node.data_type.clone();
-    let names = child_types(&data_type);
     for (i, child) in node.children.iter_mut().enumerate() {
-        let name = names.get(i).map(|(n, _)| *n);
-        let child_path = if matches!(data_type, DataType::Struct(_)) {
-            path.field(i, name)
-        } else {
-            path.child(i, name)
-        };
-        resolve(child, values, level, &child_path)?;
+        resolve(child, values, level, &child_path(path, &node.data_type, i))?;
     }
     if let Some(dictionary) = &mut node.dictionary {
         resolve(dictionary, values, level, &path.dictionary())?;

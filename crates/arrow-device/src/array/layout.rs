@@ -106,21 +106,28 @@ pub(crate) fn n_children(data_type: &DataType) -> Option<usize> {
     }
 }
 
-/// The child fields of `data_type` in C order (dictionary values travel in
-/// `dictionary`, not as a child).
-pub(crate) fn child_fields(data_type: &DataType) -> Vec<&FieldRef> {
+/// Child `index` of `data_type` in C order (dictionary values travel in
+/// `dictionary`, not as a child), without allocating.
+pub(crate) fn child_field(data_type: &DataType, index: usize) -> Option<&FieldRef> {
     match data_type {
         DataType::List(f)
         | DataType::LargeList(f)
         | DataType::ListView(f)
         | DataType::LargeListView(f)
         | DataType::FixedSizeList(f, _)
-        | DataType::Map(f, _) => vec![f],
-        DataType::Struct(fields) => fields.iter().collect(),
-        DataType::Union(fields, _) => fields.iter().map(|(_, f)| f).collect(),
-        DataType::RunEndEncoded(r, v) => vec![r, v],
-        _ => Vec::new(),
+        | DataType::Map(f, _) => (index == 0).then_some(f),
+        DataType::Struct(fields) => fields.get(index),
+        DataType::Union(fields, _) => fields.iter().nth(index).map(|(_, f)| f),
+        DataType::RunEndEncoded(r, v) => [r, v].get(index).copied(),
+        _ => None,
     }
+}
+
+/// Every child field of `data_type` in C order.
+pub(crate) fn child_fields(data_type: &DataType) -> Vec<&FieldRef> {
+    (0..n_children(data_type).unwrap_or(0))
+        .filter_map(|i| child_field(data_type, i))
+        .collect()
 }
 
 /// Size in bytes of a buffer of `kind` for `slots` slots, when it does not
