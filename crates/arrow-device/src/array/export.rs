@@ -171,12 +171,7 @@ fn export_data_struct(
             std::ptr::null_mut(),
         ),
     };
-    let null_count = match data_type {
-        // As the IPC format does, a null array reports all slots null.
-        DataType::Null => data.len(),
-        _ if has_validity => data.null_count(),
-        _ => 0,
-    };
+    let null_count = node::exported_null_count(data);
     finish_struct(
         Parts {
             len: data.len(),

@@ -226,12 +226,7 @@ impl Node {
                 None,
             ),
         };
-        let null_count = match data_type {
-            // As the IPC format does, a null array reports all slots null.
-            DataType::Null => data.len(),
-            _ if layout::has_validity(data_type) => data.null_count(),
-            _ => 0,
-        };
+        let null_count = exported_null_count(data);
         Node {
             data_type: data_type.clone(),
             len: data.len(),
@@ -386,25 +381,22 @@ pub(crate) fn validity_in_place(data: &ArrayData) -> Option<*const u8> {
 }
 
 /// The validity bitmap of `data`, as a pointer whose bit `data.offset() + i`
-/// is slot `i`; NULL when there are no nulls.
+/// is slot `i`; NULL when there are no nulls. A bitmap that starts at another
+/// bit is copied into `extra`, which the caller keeps alive.
 pub(crate) fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
+    if let Some(ptr) = validity_in_place(data) {
+        let len = match data.nulls() {
+            // The bytes of the bitmap from `ptr` on.
+            Some(nulls) if !ptr.is_null() => {
+                nulls.buffer().len() - (ptr as usize - nulls.buffer().as_ptr() as usize)
+            }
+            _ => 0,
+        };
+        return RawBuf { ptr, len };
+    }
     let Some(nulls) = data.nulls() else {
         return RawBuf::NULL;
     };
-    if nulls.null_count() == 0 {
-        return RawBuf::NULL;
-    }
-    let bit_offset = nulls.offset();
-    let buffer = nulls.buffer();
-    if bit_offset >= data.offset() && (bit_offset - data.offset()) % 8 == 0 {
-        let skip = (bit_offset - data.offset()) / 8;
-        // SAFETY: `skip` bytes lie inside the bitmap, which covers bit_offset.
-        let ptr = unsafe { buffer.as_ptr().add(skip) };
-        return RawBuf {
-            ptr,
-            len: buffer.len() - skip,
-        };
-    }
     // The bitmap starts at a different bit than the data: copy it so that
     // bit `data.offset()` is slot 0, as the C interface requires.
     let mut builder = BooleanBufferBuilder::new(data.offset() + data.len());
@@ -414,6 +406,16 @@ pub(crate) fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
     let raw = RawBuf::of(&realigned);
     extra.push(realigned);
     raw
+}
+
+/// The null count a C struct for `data` reports: as the IPC format does, a
+/// null array reports every slot null; types without a validity bitmap 0.
+pub(crate) fn exported_null_count(data: &ArrayData) -> usize {
+    match data.data_type() {
+        DataType::Null => data.len(),
+        data_type if layout::has_validity(data_type) => data.null_count(),
+        _ => 0,
+    }
 }
 
 /// `buffer` starting `skip` bytes in, sized for `slots` slots of `kind`.
