@@ -14,6 +14,8 @@ use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::DataType;
 
 use crate::array::export::KeepAlive;
+use crate::array::import::read_value;
+use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
 use crate::device::{DeviceBuffer, DeviceRef, Event, Stream};
 use crate::error::{Error, Result};
@@ -232,7 +234,7 @@ pub(crate) fn device_to_host(
     let (offsets, total) = plan(node)?;
     let mut host = MutableBuffer::from_len_zeroed(total);
     let base = host.as_mut_ptr();
-    let copied = relocate(node, &offsets, base);
+    let mut copied = relocate(node, &offsets, base);
     let result = for_each_pair(node, &copied, |from, to| {
         // SAFETY: `from` is valid device memory of `src`; `to` lies inside
         // `host`, which outlives the synchronization below.
@@ -243,7 +245,7 @@ pub(crate) fn device_to_host(
     synced?;
     // SAFETY: the copies have completed; `copied` describes `host`, which
     // nothing else references yet.
-    unsafe { rebase_narrowed_offsets(&copied) };
+    unsafe { rebase_narrowed_offsets(&mut copied) };
     Ok((copied, Buffer::from(host)))
 }
 
@@ -263,8 +265,8 @@ fn is_narrowable(node: &Node) -> bool {
 }
 
 fn offset_width(data_type: &DataType) -> usize {
-    match data_type {
-        DataType::LargeUtf8 | DataType::LargeBinary => 8,
+    match layout::buffer_kinds(data_type).get(1) {
+        Some(BufferKind::Offsets(width)) => *width,
         _ => 4,
     }
 }
@@ -304,13 +306,8 @@ fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Resu
         unsafe { src.copy_to_host(ptr, staging[i * 8..].as_mut_ptr(), width, stream) }?;
     }
     src.synchronize_stream(stream)?;
-    let value = |i: usize, width: usize| -> i64 {
-        let bytes = &staging[i * 8..i * 8 + 8];
-        match width {
-            8 => i64::from_ne_bytes(bytes.try_into().unwrap_or([0; 8])),
-            _ => i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64,
-        }
-    };
+    // SAFETY: slot `i` of `staging` holds 8 initialized bytes.
+    let value = |i: usize, width: usize| unsafe { read_value(staging[i * 8..].as_ptr(), width) };
     let mut next = 0;
     let mut invalid = None;
     for_each_node_mut(node, &mut |n| {
@@ -343,8 +340,8 @@ fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Resu
 ///
 /// # Safety
 /// `node` must describe host memory that is writable and not yet shared.
-unsafe fn rebase_narrowed_offsets(node: &Node) {
-    let mut visit = |n: &Node| {
+unsafe fn rebase_narrowed_offsets(node: &mut Node) {
+    let mut visit = |n: &mut Node| {
         let Some(first) = n.data_shift else { return };
         let count = n.slots() + 1;
         let ptr = n.buffers[1].ptr.cast_mut();
@@ -368,15 +365,5 @@ unsafe fn rebase_narrowed_offsets(node: &Node) {
             }
         }
     };
-    visit_nodes(node, &mut visit);
-}
-
-fn visit_nodes(node: &Node, f: &mut impl FnMut(&Node)) {
-    f(node);
-    for child in &node.children {
-        visit_nodes(child, f);
-    }
-    if let Some(dictionary) = &node.dictionary {
-        visit_nodes(dictionary, f);
-    }
+    for_each_node_mut(node, &mut visit);
 }

@@ -424,7 +424,7 @@ impl<'d> Importer<'d> {
 ///
 /// # Safety
 /// `ptr` must be host-readable for `width` bytes (no alignment needed).
-unsafe fn read_value(ptr: *const u8, width: usize) -> i64 {
+pub(crate) unsafe fn read_value(ptr: *const u8, width: usize) -> i64 {
     // SAFETY: guaranteed by the caller; read_unaligned has no alignment needs.
     unsafe {
         match width {
