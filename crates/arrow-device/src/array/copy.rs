@@ -255,10 +255,8 @@ pub(crate) fn device_to_host(
 const NARROW_DATA_ABOVE: usize = 1 << 20;
 
 fn is_narrowable(node: &Node) -> bool {
-    matches!(
-        node.data_type,
-        DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary
-    ) && node.data_shift.is_none()
+    layout::has_data_buffer(&node.data_type)
+        && node.data_shift.is_none()
         && !node.buffers[1].ptr.is_null()
         && !node.buffers[2].ptr.is_null()
         && node.buffers[2].len > NARROW_DATA_ABOVE

@@ -38,6 +38,7 @@ use crate::abi::{ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
 use crate::array::copy;
 use crate::array::export::{export_node, KeepAlive};
 use crate::array::import::Importer;
+use crate::array::layout;
 use crate::array::node::{wrap_owned, Node, RawBuf};
 use crate::device::{self, DeviceRef};
 use crate::error::{Error, Path, Result};
@@ -315,12 +316,9 @@ impl DeviceArray {
     /// The buffers of this node in C Data Interface order (for view types
     /// without the variadic-sizes buffer).
     pub fn buffers(&self) -> Vec<BufferInfo> {
-        let data_dependent = |i: usize| match self.node().data_type {
-            DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
-                i == 2
-            }
-            DataType::Utf8View | DataType::BinaryView => i >= 2,
-            _ => false,
+        let data_type = &self.node().data_type;
+        let data_dependent = |i: usize| {
+            (layout::has_data_buffer(data_type) && i == 2) || (layout::is_view(data_type) && i >= 2)
         };
         self.node()
             .buffers
@@ -340,7 +338,7 @@ impl DeviceArray {
     /// The children as the producer laid them out (a parent's offset is not
     /// applied to them).
     pub fn children(&self) -> Vec<DeviceArray> {
-        let fields: Vec<FieldRef> = crate::array::layout::child_fields(self.data_type())
+        let fields: Vec<FieldRef> = layout::child_fields(self.data_type())
             .into_iter()
             .cloned()
             .collect();
@@ -395,7 +393,7 @@ impl DeviceArray {
                 None
             };
         }
-        if !crate::array::layout::has_validity(&node.data_type) {
+        if !layout::has_validity(&node.data_type) {
             node.null_count = Some(0);
         }
         Ok(DeviceArray {

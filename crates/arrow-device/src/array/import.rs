@@ -238,13 +238,8 @@ impl<'d> Importer<'d> {
                                 format!("offsets buffer is NULL, expected {size} bytes"),
                             ));
                         }
-                    } else if matches!(
-                        data_type,
-                        DataType::Utf8
-                            | DataType::Binary
-                            | DataType::LargeUtf8
-                            | DataType::LargeBinary
-                    ) || self.level >= ValidationLevel::Default
+                    } else if layout::has_data_buffer(data_type)
+                        || self.level >= ValidationLevel::Default
                     {
                         let first = self.reads.len();
                         // SAFETY: pointer arithmetic only; the read happens
@@ -536,28 +531,25 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
                 ));
             }
             let last = last as usize;
-            match node.data_type {
-                DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
-                    let data = &mut node.buffers[2];
-                    if data.ptr.is_null() && last > 0 {
-                        return Err(Error::invalid(
-                            &path.buffer(2),
-                            format!("data buffer is NULL, expected {last} bytes"),
-                        ));
-                    }
-                    data.len = if data.ptr.is_null() { 0 } else { last };
+            if layout::has_data_buffer(&node.data_type) {
+                let data = &mut node.buffers[2];
+                if data.ptr.is_null() && last > 0 {
+                    return Err(Error::invalid(
+                        &path.buffer(2),
+                        format!("data buffer is NULL, expected {last} bytes"),
+                    ));
                 }
-                _ => {
-                    let child = &node.children[0];
-                    if child.len < last && level >= ValidationLevel::Default {
-                        return Err(Error::invalid(
-                            &child_path(path, &node.data_type, 0),
-                            format!(
-                                "child has length {}, expected at least {last} (the last offset)",
-                                child.len
-                            ),
-                        ));
-                    }
+                data.len = if data.ptr.is_null() { 0 } else { last };
+            } else {
+                let child = &node.children[0];
+                if child.len < last && level >= ValidationLevel::Default {
+                    return Err(Error::invalid(
+                        &child_path(path, &node.data_type, 0),
+                        format!(
+                            "child has length {}, expected at least {last} (the last offset)",
+                            child.len
+                        ),
+                    ));
                 }
             }
         }

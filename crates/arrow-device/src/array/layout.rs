@@ -83,6 +83,12 @@ pub(crate) fn is_view(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Utf8View | DataType::BinaryView)
 }
 
+/// Whether nodes of `data_type` have a variable-size data buffer addressed by
+/// offsets (string and binary types; buffer 2).
+pub(crate) fn has_data_buffer(data_type: &DataType) -> bool {
+    buffer_kinds(data_type).last() == Some(&BufferKind::Data)
+}
+
 /// Whether nodes of `data_type` carry a validity bitmap as buffer 0.
 pub(crate) fn has_validity(data_type: &DataType) -> bool {
     buffer_kinds(data_type).first() == Some(&BufferKind::Validity)

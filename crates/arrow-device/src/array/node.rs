@@ -262,21 +262,12 @@ impl Node {
             None
         };
         let mut data_buffers: Vec<Buffer> = buffers.map(|b| wrap_or_empty(*b, wrap)).collect();
-        if matches!(
-            self.data_type,
-            DataType::Utf8 | DataType::Binary | DataType::List(_) | DataType::Map(_, _)
-        ) && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
-        {
-            // A zero-slot array may come without an offsets buffer; arrow-rs
-            // wants one offset.
-            data_buffers[0] = Buffer::from_slice_ref([0i32]);
-        }
-        if matches!(
-            self.data_type,
-            DataType::LargeUtf8 | DataType::LargeBinary | DataType::LargeList(_)
-        ) && self.buffers.get(1).is_some_and(|b| b.ptr.is_null())
-        {
-            data_buffers[0] = Buffer::from_slice_ref([0i64]);
+        if let Some(BufferKind::Offsets(width)) = layout::buffer_kinds(&self.data_type).get(1) {
+            if self.buffers.get(1).is_some_and(|b| b.ptr.is_null()) {
+                // A zero-slot array may come without an offsets buffer;
+                // arrow-rs wants one (zero) offset.
+                data_buffers[0] = Buffer::from(MutableBuffer::from_len_zeroed(*width));
+            }
         }
         // Exact capacity: a leaf allocates nothing here.
         let n_child_data = self.children.len() + usize::from(self.dictionary.is_some());
