@@ -108,50 +108,27 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
 }
 
 fn export_cpu(data: ArrayData) -> ArrowDeviceArray {
-    // Realigned validity bitmaps (rare) are made first so that `keep` owns
-    // them before any struct points into them; the second walk takes them
-    // back in the same pre-order. No `Node` tree is built: on the CPU the C
-    // structs are written straight from the arrow-rs data.
-    let mut extra: Vec<Buffer> = Vec::new();
-    collect_realigned(&data, &mut extra);
-    let mut realigned: Vec<*const c_void> = extra.iter().map(|b| b.as_ptr().cast()).collect();
-    realigned.reverse();
-    let owned = Arc::new((data, extra));
+    // No `Node` tree is built: on the CPU the C structs are written straight
+    // from the arrow-rs data, which `keep` holds.
+    let owned = Arc::new(data);
     let keep: KeepAlive = owned.clone();
     let mut out = ArrowDeviceArray::empty();
-    *raw::array_mut(&mut out.array) = export_data_struct(&owned.0, &keep, &mut realigned);
+    *raw::array_mut(&mut out.array) = export_data_struct(&owned, &keep);
     out
 }
 
-/// Pushes, in pre-order, the validity bitmaps of `data`'s tree that must be
-/// copied to start at the node's offset.
-fn collect_realigned(data: &ArrayData, extra: &mut Vec<Buffer>) {
-    if layout::has_validity(data.data_type()) && node::validity_in_place(data).is_none() {
-        node::validity_of(data, extra);
-    }
-    for child in data.child_data() {
-        collect_realigned(child, extra);
-    }
-}
-
-/// [`export_struct`] for arrow-rs data on the CPU; `realigned` holds the
-/// bitmaps [`collect_realigned`] made, the next one last.
-fn export_data_struct(
-    data: &ArrayData,
-    keep: &KeepAlive,
-    realigned: &mut Vec<*const c_void>,
-) -> raw::ArrowArray {
+/// [`export_struct`] for arrow-rs data on the CPU.
+fn export_data_struct(data: &ArrayData, keep: &KeepAlive) -> raw::ArrowArray {
     let data_type = data.data_type();
     let has_validity = layout::has_validity(data_type);
     let capacity =
         usize::from(has_validity) + data.buffers().len() + usize::from(layout::is_view(data_type));
     let mut buffers = Vec::with_capacity(capacity);
+    // A bitmap that starts at another bit than the data (rare) is copied, and
+    // the struct owns the copy.
+    let mut realigned = Vec::new();
     if has_validity {
-        let validity = match node::validity_in_place(data) {
-            Some(ptr) => ptr.cast(),
-            None => realigned.pop().unwrap_or(std::ptr::null()),
-        };
-        buffers.push(validity);
+        buffers.push(node::validity_of(data, &mut realigned).ptr.cast());
     }
     buffers.extend(data.buffers().iter().map(|b| b.as_ptr().cast::<c_void>()));
     let variadic_sizes = layout::is_view(data_type)
@@ -160,13 +137,13 @@ fn export_data_struct(
         DataType::Dictionary(_, _) => (
             Box::default(),
             data.child_data().first().map_or(std::ptr::null_mut(), |d| {
-                Box::into_raw(Box::new(export_data_struct(d, keep, realigned)))
+                Box::into_raw(Box::new(export_data_struct(d, keep)))
             }),
         ),
         _ => (
             data.child_data()
                 .iter()
-                .map(|c| Box::into_raw(Box::new(export_data_struct(c, keep, realigned))))
+                .map(|c| Box::into_raw(Box::new(export_data_struct(c, keep))))
                 .collect(),
             std::ptr::null_mut(),
         ),
@@ -181,6 +158,7 @@ fn export_data_struct(
             variadic_sizes,
             children,
             dictionary,
+            realigned: realigned.pop(),
         },
         keep,
     )
@@ -210,6 +188,8 @@ struct PrivateData {
     // The variadic-sizes buffer of view types lives in host memory (see the
     // crate documentation, "Variadic buffer sizes").
     _variadic_sizes: Box<[i64]>,
+    /// A validity bitmap copied to start at the array's offset, if any.
+    _realigned: Option<Buffer>,
     _keep: KeepAlive,
 }
 
@@ -243,6 +223,8 @@ fn export_struct(node: &Node, keep: &KeepAlive) -> raw::ArrowArray {
             variadic_sizes,
             children,
             dictionary,
+            // Node buffers already start at the node's offset.
+            realigned: None,
         },
         keep,
     )
@@ -259,6 +241,8 @@ struct Parts {
     variadic_sizes: Option<Box<[i64]>>,
     children: Box<[*mut raw::ArrowArray]>,
     dictionary: *mut raw::ArrowArray,
+    /// See [`PrivateData`].
+    realigned: Option<Buffer>,
 }
 
 fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
@@ -275,6 +259,7 @@ fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
         children: parts.children,
         dictionary: parts.dictionary,
         _variadic_sizes: variadic_sizes,
+        _realigned: parts.realigned,
         _keep: keep.clone(),
     });
     raw::ArrowArray {

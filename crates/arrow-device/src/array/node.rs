@@ -358,7 +358,7 @@ pub(crate) unsafe fn wrap_owned(
 
 /// The validity pointer of `data` when it can be exported in place (NULL
 /// without nulls); `None` when [`validity_of`] must copy the bitmap.
-pub(crate) fn validity_in_place(data: &ArrayData) -> Option<*const u8> {
+fn validity_in_place(data: &ArrayData) -> Option<*const u8> {
     let Some(nulls) = data.nulls().filter(|n| n.null_count() > 0) else {
         return Some(std::ptr::null());
     };
