@@ -50,6 +50,16 @@ pub enum Error {
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(#[from] ArrowError),
+    /// A foreign producer reported an error through a C callback (a stream's
+    /// `get_next`/`get_schema` return code and `get_last_error`, or an async
+    /// handler's `on_error`).
+    #[error("producer error {code} ({}): {message}", errno_name(*code))]
+    Producer {
+        /// The errno-compatible code the producer returned.
+        code: i32,
+        /// The producer's message (empty when it gave none).
+        message: String,
+    },
     /// A panic was caught at an `extern "C"` boundary.
     #[error("internal error (panic caught at the FFI boundary): {0}")]
     Panic(String),
@@ -83,6 +93,7 @@ impl Error {
             Error::Arrow(ArrowError::NotYetImplemented(_)) => libc::ENOSYS,
             Error::Arrow(ArrowError::MemoryError(_)) => libc::ENOMEM,
             Error::Arrow(_) => libc::EINVAL,
+            Error::Producer { code, .. } => *code,
             Error::Device { .. } | Error::Panic(_) => libc::EIO,
         }
     }
@@ -95,6 +106,20 @@ impl Error {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic payload".to_string());
         Error::Panic(message)
+    }
+}
+
+/// The symbolic name of the errno values the C interfaces use, for messages.
+fn errno_name(code: i32) -> &'static str {
+    match code {
+        libc::EINVAL => "EINVAL",
+        libc::ENOMEM => "ENOMEM",
+        libc::EIO => "EIO",
+        libc::ENOSYS => "ENOSYS",
+        libc::ECANCELED => "ECANCELED",
+        libc::EAGAIN => "EAGAIN",
+        libc::EPERM => "EPERM",
+        _ => "errno",
     }
 }
 

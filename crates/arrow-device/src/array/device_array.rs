@@ -163,6 +163,29 @@ impl DeviceArray {
         }
         let field = crate::schema::import_field(&schema)?;
         drop(schema);
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::try_new_with_field(array, field, level) }
+    }
+
+    /// Imports a device array whose type is already known, taking ownership:
+    /// it is released exactly once, also when an error is returned. This is
+    /// how a stream imports its batches against the schema `get_schema`
+    /// gave, without a schema per batch.
+    ///
+    /// # Safety
+    /// As for [`DeviceArray::try_new`]; the array must be of `field`'s type
+    /// (which validation checks as far as the structs can show).
+    pub unsafe fn try_new_with_field(
+        array: ArrowDeviceArray,
+        field: Field,
+        level: ValidationLevel,
+    ) -> Result<Self> {
+        if array.is_released() {
+            return Err(Error::invalid(
+                &Path::root(),
+                "array struct was released (release is NULL)",
+            ));
+        }
         if array.device_type == DeviceType::CPU && !array.sync_event.is_null() {
             // Spec, "Synchronization event types": N/A for the CPU, so the
             // event cannot be honoured; reading anyway could race the producer.

@@ -15,7 +15,7 @@ use std::ffi::c_char;
 /// `ptr` is NULL or points to a buffer in the spec's encoding: every length
 /// the buffer states is backed by that many readable bytes. The encoding has
 /// no total size, so a producer that lies about a length cannot be caught.
-pub(super) unsafe fn decode(ptr: *const c_char) -> Result<HashMap<String, String>, String> {
+pub unsafe fn decode(ptr: *const c_char) -> Result<HashMap<String, String>, String> {
     if ptr.is_null() {
         return Ok(HashMap::new());
     }
@@ -38,6 +38,37 @@ pub(super) unsafe fn decode(ptr: *const c_char) -> Result<HashMap<String, String
         metadata.insert(key, value);
     }
     Ok(metadata)
+}
+
+/// Encodes `metadata` in the spec's format, keys in sorted order so that the
+/// bytes are reproducible. The result has no terminator: the encoding states
+/// every length.
+///
+/// Returns an error when there are more pairs, or a longer key or value, than
+/// an int32 can count.
+pub fn encode(metadata: &HashMap<String, String>) -> Result<Vec<u8>, String> {
+    let int32 = |n: usize, what: &dyn Fn() -> String| {
+        i32::try_from(n)
+            .map(i32::to_ne_bytes)
+            .map_err(|_| format!("{} is {n} long, more than an int32 can state", what()))
+    };
+    let mut pairs: Vec<_> = metadata.iter().collect();
+    pairs.sort_unstable();
+    let size = 4 + pairs
+        .iter()
+        .map(|(k, v)| 8 + k.len() + v.len())
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend(int32(pairs.len(), &|| "the metadata".to_string())?);
+    for (key, value) in pairs {
+        out.extend(int32(key.len(), &|| format!("metadata key {key:?}"))?);
+        out.extend_from_slice(key.as_bytes());
+        out.extend(int32(value.len(), &|| {
+            format!("metadata value of {key:?}")
+        })?);
+        out.extend_from_slice(value.as_bytes());
+    }
+    Ok(out)
 }
 
 struct Reader {
@@ -116,6 +147,18 @@ mod tests {
             metadata,
             HashMap::from([("key1".to_string(), "value1".to_string())])
         );
+    }
+
+    #[test]
+    fn encoding_round_trips_in_sorted_key_order() {
+        let metadata = HashMap::from([
+            ("b".to_string(), "2".to_string()),
+            ("a".to_string(), "ü".to_string()),
+        ]);
+        let bytes = super::encode(&metadata).unwrap();
+        assert_eq!(bytes, encode(&[(b"a", "ü".as_bytes()), (b"b", b"2")]));
+        assert_eq!(decode_bytes(&bytes).unwrap(), metadata);
+        assert_eq!(super::encode(&HashMap::new()).unwrap(), 0i32.to_ne_bytes());
     }
 
     #[test]

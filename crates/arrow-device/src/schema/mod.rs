@@ -42,13 +42,14 @@
 mod export;
 mod format;
 mod import;
-mod metadata;
+pub(crate) mod metadata;
 #[cfg(test)]
 mod tests;
 
 pub use export::{export_field, export_schema};
 pub use format::{parse_format, ParsedFormat};
 pub use import::{import_field, import_schema, MAX_NESTING_DEPTH, MAX_SCHEMA_NODES};
+pub use metadata::{decode as decode_metadata, encode as encode_metadata};
 
 /// Where `bytes` stops being UTF-8, for messages: "invalid byte 0xff at
 /// offset 3" or "incomplete sequence at offset 3".
