@@ -31,6 +31,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::fmt;
 use std::mem::{offset_of, size_of};
 
+pub use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 pub use arrow_data::ffi::FFI_ArrowArray;
 pub use arrow_schema::ffi::FFI_ArrowSchema;
 
@@ -226,7 +227,39 @@ pub struct ArrowDeviceArrayStream {
     pub private_data: *mut c_void,
 }
 
+// SAFETY: the spec lets a stream be moved and used from any one thread at a
+// time; the producer's private data must allow that (ours is Send).
+unsafe impl Send for ArrowDeviceArrayStream {}
+
+impl Drop for ArrowDeviceArrayStream {
+    /// Releases a stream that was not released or moved out.
+    fn drop(&mut self) {
+        if let Some(release) = self.release {
+            // SAFETY: a non-NULL release is the producer's callback for this
+            // struct, called exactly once (it marks the struct released).
+            unsafe { release(self) };
+        }
+    }
+}
+
 impl ArrowDeviceArrayStream {
+    /// Whether the stream was released (its `release` is NULL).
+    pub fn is_released(&self) -> bool {
+        self.release.is_none()
+    }
+
+    /// Moves a stream out of `src`, leaving a released struct behind (spec:
+    /// "Moving a stream" follows the same rule as moving an array).
+    ///
+    /// # Safety
+    /// `src` must be valid for reads and writes and point to an initialized
+    /// `ArrowDeviceArrayStream`.
+    pub unsafe fn from_raw(src: *mut ArrowDeviceArrayStream) -> Self {
+        // SAFETY: the caller guarantees `src` is valid; `replace` leaves a
+        // released struct behind.
+        unsafe { std::ptr::replace(src, Self::empty()) }
+    }
+
     /// A released (empty) stream.
     pub fn empty() -> Self {
         Self {
@@ -348,6 +381,27 @@ pub mod raw {
         pub private_data: *mut c_void,
     }
 
+    /// `struct ArrowArrayStream` (the C stream interface) with public fields;
+    /// arrow-rs keeps [`FFI_ArrowArrayStream`]'s private.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    #[allow(missing_docs)]
+    pub struct ArrowArrayStream {
+        pub get_schema:
+            Option<unsafe extern "C" fn(*mut ArrowArrayStream, *mut FFI_ArrowSchema) -> c_int>,
+        pub get_next:
+            Option<unsafe extern "C" fn(*mut ArrowArrayStream, *mut FFI_ArrowArray) -> c_int>,
+        pub get_last_error: Option<unsafe extern "C" fn(*mut ArrowArrayStream) -> *const c_char>,
+        pub release: Option<unsafe extern "C" fn(*mut ArrowArrayStream)>,
+        pub private_data: *mut c_void,
+    }
+
+    /// Views an [`FFI_ArrowArrayStream`] through its public-field mirror.
+    pub fn stream_mut(stream: &mut FFI_ArrowArrayStream) -> &mut ArrowArrayStream {
+        // SAFETY: identical #[repr(C)] layouts (asserted below).
+        unsafe { &mut *(stream as *mut FFI_ArrowArrayStream).cast::<ArrowArrayStream>() }
+    }
+
     /// Views an [`FFI_ArrowArray`] through its public-field mirror.
     pub fn array_mut(array: &mut FFI_ArrowArray) -> &mut ArrowArray {
         // SAFETY: both types are #[repr(C)] with the same fields in the same
@@ -389,6 +443,9 @@ const _: () = {
     assert!(offset_of!(ArrowDeviceArray, device_type) == 88);
     assert!(offset_of!(ArrowDeviceArray, sync_event) == 96);
     assert!(offset_of!(ArrowDeviceArray, reserved) == 104);
+    assert!(size_of::<raw::ArrowArrayStream>() == 40);
+    assert!(size_of::<FFI_ArrowArrayStream>() == 40);
+    assert!(offset_of!(raw::ArrowArrayStream, release) == 24);
     assert!(size_of::<ArrowDeviceArrayStream>() == 48);
     assert!(offset_of!(ArrowDeviceArrayStream, get_schema) == 8);
     assert!(offset_of!(ArrowDeviceArrayStream, release) == 32);

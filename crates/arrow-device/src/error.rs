@@ -109,6 +109,17 @@ impl Error {
     }
 }
 
+impl From<Error> for ArrowError {
+    /// arrow-rs errors come back as themselves; the others are wrapped, so
+    /// that their message and source survive in `ArrowError::ExternalError`.
+    fn from(err: Error) -> Self {
+        match err {
+            Error::Arrow(err) => err,
+            other => ArrowError::ExternalError(Box::new(other)),
+        }
+    }
+}
+
 /// The symbolic name of the errno values the C interfaces use, for messages.
 fn errno_name(code: i32) -> &'static str {
     match code {

@@ -68,6 +68,7 @@ pub mod array;
 pub mod device;
 pub mod error;
 pub mod schema;
+pub mod stream;
 pub mod validate;
 
 pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
 use arrow_buffer::alloc::Allocation;
-use arrow_schema::{DataType, Field, FieldRef, Schema};
+use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 
 use crate::abi::{ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
 use crate::array::copy;
@@ -455,11 +455,21 @@ impl DeviceArray {
     /// metadata comes from the struct's field metadata.
     pub fn to_record_batch(&self) -> Result<RecordBatch> {
         let DataType::Struct(fields) = self.data_type() else {
-            return Err(Error::NotSupported(format!(
-                "a record batch needs a struct array, found {}",
-                self.data_type()
-            )));
+            return Err(not_a_record_batch(self.data_type()));
         };
+        let schema = Arc::new(Schema::new_with_metadata(
+            fields.clone(),
+            self.field().metadata().clone(),
+        ));
+        self.to_record_batch_with_schema(schema)
+    }
+
+    /// As [`DeviceArray::to_record_batch`], with a schema the caller already
+    /// has (a stream's): no schema is built per batch.
+    pub(crate) fn to_record_batch_with_schema(&self, schema: SchemaRef) -> Result<RecordBatch> {
+        if !matches!(self.data_type(), DataType::Struct(_)) {
+            return Err(not_a_record_batch(self.data_type()));
+        }
         let array = self.to_host()?;
         let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {
             return Err(Error::NotSupported("struct array expected".into()));
@@ -470,10 +480,6 @@ impl DeviceArray {
                 "a record batch cannot have top-level nulls",
             ));
         }
-        let schema = Arc::new(Schema::new_with_metadata(
-            fields.clone(),
-            self.field().metadata().clone(),
-        ));
         Ok(RecordBatch::try_new(
             schema,
             struct_array.columns().to_vec(),
@@ -572,6 +578,12 @@ impl DeviceArray {
         let data = unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
         validate::full(&data, &Path::root())
     }
+}
+
+fn not_a_record_batch(data_type: &DataType) -> Error {
+    Error::NotSupported(format!(
+        "a record batch needs a struct array, found {data_type}"
+    ))
 }
 
 impl fmt::Debug for DeviceArray {

@@ -66,10 +66,21 @@ pub fn export_array_to(
 /// metadata travels as the struct's metadata.
 pub fn export_record_batch(batch: &RecordBatch) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = FFI_ArrowSchema::try_from(batch.schema_ref().as_ref())?;
-    Ok((
-        export_cpu(StructArray::from(batch.clone()).into_data()),
-        schema,
-    ))
+    Ok((export_batch_array(batch), schema))
+}
+
+/// The array half of [`export_record_batch`], for streams, whose schema
+/// travels once through `get_schema`.
+pub(crate) fn export_batch_array(batch: &RecordBatch) -> ArrowDeviceArray {
+    export_cpu(StructArray::from(batch.clone()).into_data())
+}
+
+/// The array half of [`export_record_batch_to`].
+pub(crate) fn export_batch_array_to(
+    batch: &RecordBatch,
+    device: &DeviceRef,
+) -> Result<ArrowDeviceArray> {
+    export_data_to(StructArray::from(batch.clone()).into_data(), device)
 }
 
 /// Exports `batch` as a struct array onto `device`.
@@ -78,10 +89,7 @@ pub fn export_record_batch_to(
     device: &DeviceRef,
 ) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = FFI_ArrowSchema::try_from(batch.schema_ref().as_ref())?;
-    Ok((
-        export_data_to(StructArray::from(batch.clone()).into_data(), device)?,
-        schema,
-    ))
+    Ok((export_batch_array_to(batch, device)?, schema))
 }
 
 /// The schema of an exported array: its type, nullable, without a name

@@ -23,7 +23,7 @@
 //! ```
 mod copy;
 mod device_array;
-mod export;
+pub(crate) mod export;
 mod import;
 pub(crate) mod layout;
 pub(crate) mod node;

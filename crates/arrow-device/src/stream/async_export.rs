@@ -1,0 +1,1 @@
+//! The async device stream interface (in progress).
