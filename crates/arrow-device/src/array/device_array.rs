@@ -30,7 +30,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
+use arrow_array::{make_array, Array, ArrayRef, RecordBatch, RecordBatchOptions, StructArray};
 use arrow_buffer::alloc::Allocation;
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 
@@ -480,9 +480,12 @@ impl DeviceArray {
                 "a record batch cannot have top-level nulls",
             ));
         }
-        Ok(RecordBatch::try_new(
+        // The row count is explicit: a batch of no columns still has rows.
+        let options = RecordBatchOptions::new().with_row_count(Some(struct_array.len()));
+        Ok(RecordBatch::try_new_with_options(
             schema,
             struct_array.columns().to_vec(),
+            &options,
         )?)
     }
 

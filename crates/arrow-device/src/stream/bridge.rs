@@ -43,8 +43,9 @@ use crate::abi::{
     raw, ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType, FFI_ArrowArray,
     FFI_ArrowArrayStream, FFI_ArrowSchema,
 };
-use crate::error::{Error, Path, Result};
+use crate::error::{Error, Result};
 use crate::stream::export::message_cstring;
+use crate::stream::stream_error;
 
 /// Wraps a C stream as a CPU device stream, zero-copy. Fails when the C
 /// stream is released or lacks a callback.
@@ -105,14 +106,10 @@ pub fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_Arro
 
 fn check_callbacks(live: bool, present: [bool; 3]) -> Result<()> {
     if !live {
-        return Err(Error::invalid(
-            &Path::root(),
-            "the stream was released (release is NULL)",
-        ));
+        return Err(stream_error("the stream was released (release is NULL)"));
     }
     if present.contains(&false) {
-        return Err(Error::invalid(
-            &Path::root(),
+        return Err(stream_error(
             "the stream's get_schema, get_next and get_last_error must all be non-NULL",
         ));
     }
@@ -218,10 +215,7 @@ mod from_ffi {
                     // SAFETY: the wrapped producer's callback on its stream;
                     // `out` is the consumer's, passed through.
                     Some(get_schema) => get_schema(inner, out),
-                    None => bridge.fail(Error::invalid(
-                        &Path::root(),
-                        "the wrapped stream was released",
-                    )),
+                    None => bridge.fail(stream_error("the wrapped stream was released")),
                 }
             })
         }
@@ -235,14 +229,11 @@ mod from_ffi {
         unsafe {
             with(stream, |bridge| {
                 if out.is_null() {
-                    return bridge.fail(Error::invalid(&Path::root(), "get_next's out is NULL"));
+                    return bridge.fail(stream_error("get_next's out is NULL"));
                 }
                 let inner = raw::stream_mut(&mut bridge.inner);
                 let Some(get_next) = inner.get_next else {
-                    return bridge.fail(Error::invalid(
-                        &Path::root(),
-                        "the wrapped stream was released",
-                    ));
+                    return bridge.fail(stream_error("the wrapped stream was released"));
                 };
                 let mut array = FFI_ArrowArray::empty();
                 // SAFETY: the wrapped producer's callback on its stream.
@@ -336,10 +327,7 @@ mod to_ffi {
             with(stream, |bridge| match bridge.inner.get_schema {
                 // SAFETY: the wrapped producer's callback on its stream.
                 Some(get_schema) => get_schema(&mut bridge.inner, out),
-                None => bridge.fail(Error::invalid(
-                    &Path::root(),
-                    "the wrapped stream was released",
-                )),
+                None => bridge.fail(stream_error("the wrapped stream was released")),
             })
         }
     }
@@ -352,13 +340,10 @@ mod to_ffi {
         unsafe {
             with(stream, |bridge| {
                 if out.is_null() {
-                    return bridge.fail(Error::invalid(&Path::root(), "get_next's out is NULL"));
+                    return bridge.fail(stream_error("get_next's out is NULL"));
                 }
                 let Some(get_next) = bridge.inner.get_next else {
-                    return bridge.fail(Error::invalid(
-                        &Path::root(),
-                        "the wrapped stream was released",
-                    ));
+                    return bridge.fail(stream_error("the wrapped stream was released"));
                 };
                 let mut array = ArrowDeviceArray::empty();
                 // SAFETY: the wrapped producer's callback on its stream.
@@ -370,9 +355,7 @@ mod to_ffi {
                     && (array.device_type != DeviceType::CPU || !array.sync_event.is_null())
                 {
                     // `array` is released when it drops here.
-                    return bridge.fail(Error::invalid(
-                        &Path::root(),
-                        format!(
+                    return bridge.fail(stream_error(format!(
                             "a C stream carries CPU arrays without a sync_event, the device stream sent one on {} with sync_event {:?}",
                             array.device_type, array.sync_event
                         ),

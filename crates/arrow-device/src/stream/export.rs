@@ -50,8 +50,9 @@ use crate::abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType, FFI_Arrow
 use crate::array::export::{export_batch_array, export_batch_array_to};
 use crate::array::DeviceArray;
 use crate::device::DeviceRef;
-use crate::error::{Error, Path, Result};
+use crate::error::{Error, Result};
 use crate::schema::export_field;
+use crate::stream::stream_error;
 
 /// Exports an arrow-rs reader as a CPU device stream; each batch is exported
 /// zero-copy when `get_next` asks for it.
@@ -154,14 +155,11 @@ impl<I: Iterator<Item = Result<DeviceArray>> + Send> Source for DeviceArraySourc
             Err(err) => return Some(Err(err)),
         };
         if array.data_type() != &self.data_type {
-            return Some(Err(Error::invalid(
-                &Path::root(),
-                format!(
-                    "batch {index} has type {}, expected the stream's {}",
-                    array.data_type(),
-                    self.data_type
-                ),
-            )));
+            return Some(Err(stream_error(format!(
+                "batch {index} has type {}, expected the stream's {}",
+                array.data_type(),
+                self.data_type
+            ))));
         }
         Some(array.export().map(|(array, _schema)| array))
     }
@@ -230,13 +228,10 @@ impl Private {
         };
         let array = next?;
         if array.device_type != self.device_type {
-            return Err(Error::invalid(
-                &Path::root(),
-                format!(
-                    "batch {} is on device type {}, expected the stream's {}",
-                    self.index, array.device_type, self.device_type
-                ),
-            ));
+            return Err(stream_error(format!(
+                "batch {} is on device type {}, expected the stream's {}",
+                self.index, array.device_type, self.device_type
+            )));
         }
         self.index += 1;
         Ok(array)
@@ -294,7 +289,7 @@ unsafe extern "C" fn get_schema(
     unsafe {
         with_private(stream, |private| {
             if out.is_null() {
-                return Err(Error::invalid(&Path::root(), "get_schema's out is NULL"));
+                return Err(stream_error("get_schema's out is NULL"));
             }
             let schema = export_field(&private.field)?;
             // SAFETY: `out` is non-NULL and, per the spec, points to a
@@ -313,7 +308,7 @@ unsafe extern "C" fn get_next(
     unsafe {
         with_private(stream, |private| {
             if out.is_null() {
-                return Err(Error::invalid(&Path::root(), "get_next's out is NULL"));
+                return Err(stream_error("get_next's out is NULL"));
             }
             match private.get_next() {
                 Ok(array) => {

@@ -42,8 +42,9 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
 use crate::abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType, FFI_ArrowSchema};
 use crate::array::DeviceArray;
-use crate::error::{Error, Path, Result};
+use crate::error::{Error, Result};
 use crate::schema::import_field;
+use crate::stream::stream_error;
 use crate::validate::ValidationLevel;
 
 /// A device stream from any producer, read batch by batch.
@@ -77,16 +78,12 @@ impl DeviceStreamReader {
         };
         let stream = &mut reader.stream;
         if stream.is_released() {
-            return Err(Error::invalid(
-                &Path::root(),
-                "the stream was released (release is NULL)",
-            ));
+            return Err(stream_error("the stream was released (release is NULL)"));
         }
         let (Some(get_schema), Some(_), Some(_)) =
             (stream.get_schema, stream.get_next, stream.get_last_error)
         else {
-            return Err(Error::invalid(
-                &Path::root(),
+            return Err(stream_error(
                 "the stream's get_schema, get_next and get_last_error must all be non-NULL",
             ));
         };
@@ -99,8 +96,7 @@ impl DeviceStreamReader {
             return Err(unsafe { reader.producer_error(code, "get_schema") });
         }
         if schema.release().is_none() {
-            return Err(Error::invalid(
-                &Path::root(),
+            return Err(stream_error(
                 "get_schema returned 0 but left the schema released",
             ));
         }
@@ -124,10 +120,7 @@ impl DeviceStreamReader {
         level: ValidationLevel,
     ) -> Result<Self> {
         if stream.is_null() {
-            return Err(Error::invalid(
-                &Path::root(),
-                "NULL ArrowDeviceArrayStream pointer",
-            ));
+            return Err(stream_error("NULL ArrowDeviceArrayStream pointer"));
         }
         // SAFETY: valid per the contract.
         unsafe { Self::try_new(ArrowDeviceArrayStream::from_raw(stream), level) }
@@ -196,13 +189,10 @@ impl DeviceStreamReader {
         let index = self.index;
         self.index += 1;
         if out.device_type != self.device_type {
-            return Err(Error::invalid(
-                &Path::root(),
-                format!(
-                    "batch {index} is on device type {}, expected the stream's {}",
-                    out.device_type, self.device_type
-                ),
-            ));
+            return Err(stream_error(format!(
+                "batch {index} is on device type {}, expected the stream's {}",
+                out.device_type, self.device_type
+            )));
         }
         // SAFETY: the producer's array, of get_schema's type per the spec;
         // validation checks what it can.

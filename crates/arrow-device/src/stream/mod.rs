@@ -17,3 +17,12 @@ pub use async_import::*;
 pub use bridge::*;
 pub use export::*;
 pub use import::*;
+
+/// A defect of a stream rather than of one array's tree: the path is the
+/// stream itself (`stream: batch 3 is on device type CPU, ...`).
+pub(crate) fn stream_error(message: impl Into<String>) -> crate::Error {
+    crate::Error::Invalid {
+        path: "stream".into(),
+        message: message.into(),
+    }
+}
