@@ -13,58 +13,14 @@
 //! `python3 scripts/bench-table.py` for the Markdown table of medians.
 
 use std::hint::black_box;
-use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_array::ffi::{from_ffi, to_ffi};
-use arrow_array::{
-    make_array, Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
-};
+use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
 use arrow_device::{export_array, export_record_batch, DeviceArray, ValidationLevel};
-use arrow_schema::{DataType, Field, Schema};
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion};
 
-/// Every 7th slot null, so the validity bitmap is exported and imported.
-fn int64s(len: usize) -> Int64Array {
-    (0..len as i64).map(|i| (i % 7 != 0).then_some(i)).collect()
-}
-
-fn float64s(len: usize) -> Float64Array {
-    (0..len)
-        .map(|i| (i % 11 != 0).then_some(i as f64 * 0.5))
-        .collect()
-}
-
-/// Short strings ("v0" .. "v99999"), every 13th slot null.
-fn strings(len: usize) -> StringArray {
-    (0..len)
-        .map(|i| (i % 13 != 0).then(|| format!("v{i}")))
-        .collect()
-}
-
-/// `columns` columns cycling through int64, float64 and utf8.
-fn mixed_batch(columns: usize, rows: usize) -> RecordBatch {
-    let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = (0..columns)
-        .map(|i| -> (Field, ArrayRef) {
-            let name = format!("c{i}");
-            match i % 3 {
-                0 => (
-                    Field::new(name, DataType::Int64, true),
-                    Arc::new(int64s(rows)),
-                ),
-                1 => (
-                    Field::new(name, DataType::Float64, true),
-                    Arc::new(float64s(rows)),
-                ),
-                _ => (
-                    Field::new(name, DataType::Utf8, true),
-                    Arc::new(strings(rows)),
-                ),
-            }
-        })
-        .unzip();
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("columns match the schema")
-}
+mod common;
+use common::{configure, int64s, mixed_batch, strings};
 
 fn arrow_rs_round_trip(array: &dyn Array) -> ArrayRef {
     let (c_array, c_schema) = to_ffi(&array.to_data()).expect("exportable type");
@@ -92,18 +48,6 @@ const LEVELS: [(&str, ValidationLevel); 3] = [
     ("arrow-device-minimal", ValidationLevel::Minimal),
     ("arrow-device-none", ValidationLevel::None),
 ];
-
-fn configure<'a>(
-    c: &'a mut Criterion,
-    name: &str,
-) -> BenchmarkGroup<'a, criterion::measurement::WallTime> {
-    let mut group = c.benchmark_group(name);
-    group
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(30);
-    group
-}
 
 fn bench_array(c: &mut Criterion, name: &str, array: &dyn Array) {
     // Both paths must give back the input before their speed means anything.
