@@ -8,6 +8,7 @@ const C_SOURCES: &[&str] = &[
     "c/layout.c",
     "c/producer.c",
     "c/consumer.c",
+    "c/stream.c",
     "c/coexist_ours_first.c",
     "c/coexist_theirs_first.c",
 ];

@@ -92,6 +92,7 @@ impl Error {
             Error::NotSupported(_) => libc::ENOSYS,
             Error::Arrow(ArrowError::NotYetImplemented(_)) => libc::ENOSYS,
             Error::Arrow(ArrowError::MemoryError(_)) => libc::ENOMEM,
+            Error::Arrow(ArrowError::IoError(..)) => libc::EIO,
             Error::Arrow(_) => libc::EINVAL,
             Error::Producer { code, .. } => *code,
             Error::Device { .. } | Error::Panic(_) => libc::EIO,

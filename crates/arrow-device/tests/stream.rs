@@ -398,10 +398,10 @@ fn an_error_in_the_middle_reaches_the_consumer_with_its_message_and_ends_the_str
         let Error::Producer { code, message } = &err else {
             panic!("expected a producer error, got {err:?}");
         };
-        assert_eq!(*code, libc::EINVAL);
+        assert_eq!(*code, libc::EIO, "an I/O error keeps its errno");
         assert!(message.contains("disk on fire at byte 4096"), "{message}");
         assert!(
-            err.to_string().starts_with("producer error 22 (EINVAL): "),
+            err.to_string().starts_with("producer error 5 (EIO): "),
             "{err}"
         );
         assert_eq!(
@@ -429,7 +429,7 @@ fn the_c_callbacks_report_errors_through_get_last_error_until_the_next_call() {
         );
         drop(std::mem::replace(&mut out, ArrowDeviceArray::empty()));
 
-        assert_eq!(get_next(&mut stream, &mut out), libc::EINVAL);
+        assert_eq!(get_next(&mut stream, &mut out), libc::EIO);
         assert!(out.is_released(), "nothing written on error");
         let message = CStr::from_ptr(get_last_error(&mut stream))
             .to_str()
@@ -437,7 +437,7 @@ fn the_c_callbacks_report_errors_through_get_last_error_until_the_next_call() {
         assert!(message.contains("boom"), "{message}");
 
         // A consumer that calls again gets the failure again, not data.
-        assert_eq!(get_next(&mut stream, &mut out), libc::EINVAL);
+        assert_eq!(get_next(&mut stream, &mut out), libc::EIO);
         let message = CStr::from_ptr(get_last_error(&mut stream))
             .to_str()
             .unwrap();
