@@ -60,6 +60,15 @@ pub enum Error {
         /// The producer's message (empty when it gave none).
         message: String,
     },
+    /// A foreign consumer refused what this crate produced: an async
+    /// handler's `on_schema` or `on_next_task` returned non-zero.
+    #[error("consumer error {code} ({}): {message}", errno_name(*code))]
+    Consumer {
+        /// The errno-compatible code the consumer returned.
+        code: i32,
+        /// What was refused.
+        message: String,
+    },
     /// A panic was caught at an `extern "C"` boundary.
     #[error("internal error (panic caught at the FFI boundary): {0}")]
     Panic(String),
@@ -94,7 +103,7 @@ impl Error {
             Error::Arrow(ArrowError::MemoryError(_)) => libc::ENOMEM,
             Error::Arrow(ArrowError::IoError(..)) => libc::EIO,
             Error::Arrow(_) => libc::EINVAL,
-            Error::Producer { code, .. } => *code,
+            Error::Producer { code, .. } | Error::Consumer { code, .. } => *code,
             Error::Device { .. } | Error::Panic(_) => libc::EIO,
         }
     }

@@ -548,7 +548,7 @@ fn a_batch_of_another_type_than_the_schema_is_rejected_before_it_leaves() {
     let err = reader.next().unwrap().unwrap_err();
     assert!(
         err.to_string()
-            .contains("batch 0 has type Int32, expected the stream's Int64"),
+            .contains("batch 0 has data type Int32, expected the stream's Int64"),
         "{err}"
     );
 
@@ -560,7 +560,7 @@ fn a_batch_of_another_type_than_the_schema_is_rejected_before_it_leaves() {
     let mut reader = import(stream);
     reader.next().unwrap().unwrap();
     let err = reader.next().unwrap().unwrap_err();
-    assert!(err.to_string().contains("batch 1 has fields"), "{err}");
+    assert!(err.to_string().contains("batch 1 has data type"), "{err}");
 }
 
 /// Wraps a stream so that batch `corrupt` comes out with a length its

@@ -43,16 +43,15 @@ use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
-use arrow_array::{RecordBatch, RecordBatchReader};
-use arrow_schema::{ArrowError, DataType, Field, SchemaRef};
+use arrow_array::RecordBatchReader;
+use arrow_schema::{DataType, Field, SchemaRef};
 
 use crate::abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType, FFI_ArrowSchema};
-use crate::array::export::{export_batch_array, export_batch_array_to};
 use crate::array::DeviceArray;
 use crate::device::DeviceRef;
 use crate::error::{Error, Result};
 use crate::schema::export_field;
-use crate::stream::stream_error;
+use crate::stream::{export_stream_array, export_stream_batch, stream_error};
 
 /// Exports an arrow-rs reader as a CPU device stream; each batch is exported
 /// zero-copy when `get_next` asks for it.
@@ -60,12 +59,13 @@ pub fn export_reader(
     reader: impl RecordBatchReader + Send + 'static,
 ) -> Result<ArrowDeviceArrayStream> {
     let schema = reader.schema();
+    let field = record_batch_field(&schema);
     let source = ReaderSource {
         reader,
-        schema: schema.clone(),
-        export: |batch: &RecordBatch| Ok(export_batch_array(batch)),
+        schema,
+        device: None,
     };
-    export_source(record_batch_field(&schema), DeviceType::CPU, source)
+    export_source(field, DeviceType::CPU, source)
 }
 
 /// Exports an arrow-rs reader as a device stream on `device`: each batch is
@@ -77,12 +77,13 @@ pub fn export_reader_to(
 ) -> Result<ArrowDeviceArrayStream> {
     let schema = reader.schema();
     let device_type = device.device_type();
+    let field = record_batch_field(&schema);
     let source = ReaderSource {
         reader,
-        schema: schema.clone(),
-        export: move |batch: &RecordBatch| export_batch_array_to(batch, &device),
+        schema,
+        device: Some(device),
     };
-    export_source(record_batch_field(&schema), device_type, source)
+    export_source(field, device_type, source)
 }
 
 /// Exports device arrays (zero-copy) as a stream of `field`'s type on
@@ -99,6 +100,7 @@ pub fn export_device_arrays(
     let source = DeviceArraySource {
         arrays,
         data_type: field.data_type().clone(),
+        device_type,
     };
     export_source(field, device_type, source)
 }
@@ -114,54 +116,34 @@ trait Source: Send {
     fn next(&mut self, index: usize) -> Option<Result<ArrowDeviceArray>>;
 }
 
-struct ReaderSource<R, F> {
+struct ReaderSource<R> {
     reader: R,
     schema: SchemaRef,
-    export: F,
+    /// `None`: zero-copy on the CPU.
+    device: Option<DeviceRef>,
 }
 
-impl<R, F> Source for ReaderSource<R, F>
-where
-    R: RecordBatchReader + Send,
-    F: FnMut(&RecordBatch) -> Result<ArrowDeviceArray> + Send,
-{
+impl<R: RecordBatchReader + Send> Source for ReaderSource<R> {
     fn next(&mut self, index: usize) -> Option<Result<ArrowDeviceArray>> {
-        let batch = match self.reader.next()? {
-            Ok(batch) => batch,
-            Err(err) => return Some(Err(err.into())),
-        };
-        // The consumer reads every batch with get_schema's types: a batch of
-        // other columns would be misread, so it never leaves.
-        let fields = batch.schema_ref().fields();
-        if fields != self.schema.fields() {
-            return Some(Err(Error::Arrow(ArrowError::SchemaError(format!(
-                "batch {index} has fields {fields:?}, expected the stream's {:?}",
-                self.schema.fields()
-            )))));
-        }
-        Some((self.export)(&batch))
+        Some(match self.reader.next()? {
+            Ok(batch) => export_stream_batch(index, &batch, &self.schema, self.device.as_ref()),
+            Err(err) => Err(err.into()),
+        })
     }
 }
 
 struct DeviceArraySource<I> {
     arrays: I,
     data_type: DataType,
+    device_type: DeviceType,
 }
 
 impl<I: Iterator<Item = Result<DeviceArray>> + Send> Source for DeviceArraySource<I> {
     fn next(&mut self, index: usize) -> Option<Result<ArrowDeviceArray>> {
-        let array = match self.arrays.next()? {
-            Ok(array) => array,
-            Err(err) => return Some(Err(err)),
-        };
-        if array.data_type() != &self.data_type {
-            return Some(Err(stream_error(format!(
-                "batch {index} has type {}, expected the stream's {}",
-                array.data_type(),
-                self.data_type
-            ))));
-        }
-        Some(array.export().map(|(array, _schema)| array))
+        let array = self.arrays.next()?;
+        Some(array.and_then(|array| {
+            export_stream_array(index, &array, &self.data_type, self.device_type)
+        }))
     }
 }
 

@@ -26,3 +26,49 @@ pub(crate) fn stream_error(message: impl Into<String>) -> crate::Error {
         message: message.into(),
     }
 }
+
+/// Exports batch `index` of a record-batch stream whose schema is `schema`:
+/// zero-copy on the CPU (`device` `None`) or copied onto `device`. A batch
+/// of other columns would be misread by the consumer, so it never leaves.
+pub(crate) fn export_stream_batch(
+    index: usize,
+    batch: &arrow_array::RecordBatch,
+    schema: &arrow_schema::SchemaRef,
+    device: Option<&crate::device::DeviceRef>,
+) -> crate::Result<crate::ArrowDeviceArray> {
+    use arrow_schema::DataType;
+    if batch.schema_ref().fields() != schema.fields() {
+        return Err(stream_error(format!(
+            "batch {index} has data type {}, expected the stream's {}",
+            DataType::Struct(batch.schema_ref().fields().clone()),
+            DataType::Struct(schema.fields().clone())
+        )));
+    }
+    match device {
+        None => Ok(crate::array::export::export_batch_array(batch)),
+        Some(device) => crate::array::export::export_batch_array_to(batch, device),
+    }
+}
+
+/// Exports (zero-copy) array `index` of a stream of `data_type` arrays on
+/// devices of `device_type`, refusing one of another type or device type.
+pub(crate) fn export_stream_array(
+    index: usize,
+    array: &crate::DeviceArray,
+    data_type: &arrow_schema::DataType,
+    device_type: crate::DeviceType,
+) -> crate::Result<crate::ArrowDeviceArray> {
+    if array.device_type() != device_type {
+        return Err(stream_error(format!(
+            "batch {index} is on device type {}, expected the stream's {device_type}",
+            array.device_type()
+        )));
+    }
+    if array.data_type() != data_type {
+        return Err(stream_error(format!(
+            "batch {index} has data type {}, expected the stream's {data_type}",
+            array.data_type()
+        )));
+    }
+    Ok(array.export()?.0)
+}

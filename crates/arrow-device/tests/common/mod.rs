@@ -8,6 +8,7 @@
 //! Each test binary compiles this module on its own and uses part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod async_harness;
 mod release;
 mod types;
 
