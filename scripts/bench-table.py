@@ -4,12 +4,15 @@
 Reads criterion's `<criterion dir>/<group>/<function>/new/estimates.json`
 (median point estimates) as written by
 
-    cargo bench -p arrow-device --bench ffi
+    cargo bench -p arrow-device --bench ffi --bench stream
 
 and prints one row per group (benchmark case) that has an `arrow-rs` and an
 `arrow-device` function. The ratio is arrow-device / arrow-rs: below 1 means
 arrow-device is faster. The lower validation levels (`arrow-device-minimal`,
-`arrow-device-none`), where measured, get a ratio column each.
+`arrow-device-none`) and the async stream (`arrow-device-async`), where
+measured, get a ratio column each. Groups measured with a throughput of N
+elements (the stream benchmarks: N batches per iteration) are shown per
+element, i.e. per batch.
 
 Usage: scripts/bench-table.py [CRITERION_DIR]   (default: target/criterion
 under the repository root, or $CARGO_TARGET_DIR/criterion when that is set)
@@ -22,7 +25,11 @@ from pathlib import Path
 
 BASELINE = "arrow-rs"
 OURS = "arrow-device"
-REFERENCE = [("minimal", "arrow-device-minimal"), ("none", "arrow-device-none")]
+REFERENCE = [
+    ("at `minimal`", "arrow-device-minimal"),
+    ("at `none`", "arrow-device-none"),
+    ("async", "arrow-device-async"),
+]
 
 
 def default_dir() -> Path:
@@ -39,6 +46,11 @@ def load(criterion_dir: Path) -> dict:
         meta = json.loads(meta_path.read_text())
         estimates = json.loads((meta_path.parent / "estimates.json").read_text())
         median = estimates["median"]["point_estimate"]
+        # Groups with a throughput of N elements (the stream benchmarks: N
+        # batches per iteration) are shown per element.
+        elements = (meta.get("throughput") or {}).get("Elements")
+        if elements:
+            median /= elements
         group = results.setdefault(meta["group_id"], {})
         group[meta["function_id"]] = (median, meta_path.stat().st_mtime)
     return results

@@ -21,9 +21,12 @@ use std::hint::black_box;
 
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::{RecordBatch, RecordBatchIterator, RecordBatchReader};
-use arrow_device::stream::{export_reader, DeviceStreamReader};
+use arrow_device::stream::{
+    async_device_stream, export_reader, AsyncDeviceStreamProducer, DeviceStreamReader,
+};
 use arrow_device::ValidationLevel;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures_util::StreamExt;
 
 mod common;
 use common::{configure, mixed_batch};
@@ -55,17 +58,50 @@ fn arrow_device_sync(batch: &RecordBatch) -> usize {
     drain(batches.map(|b| b.expect("valid batch")))
 }
 
+/// The async path on one thread: producer driver and consumer polled
+/// together, so the figure is the protocol's cost, not thread hand-offs.
+fn arrow_device_async(runtime: &tokio::runtime::Runtime, batch: &RecordBatch) -> usize {
+    let batches: Vec<_> = (0..BATCHES).map(|_| Ok(batch.clone())).collect();
+    let producer = AsyncDeviceStreamProducer::from_record_batches(
+        batch.schema(),
+        futures_util::stream::iter(batches),
+    )
+    .expect("exportable schema");
+    let (handler, stream) = async_device_stream(8, ValidationLevel::Default);
+    // SAFETY: the handler comes from async_device_stream.
+    let driver = unsafe { producer.run(handler.into_raw()) };
+    let consume = stream
+        .map(|array| {
+            array
+                .and_then(|a| a.to_record_batch())
+                .expect("valid batch")
+        })
+        .fold(0, |rows, batch| async move {
+            rows + black_box(batch).num_rows()
+        });
+    let (driven, rows) = runtime.block_on(futures_util::future::join(driver, consume));
+    driven.expect("the stream ends normally");
+    rows
+}
+
 fn bench_stream(c: &mut Criterion, name: &str, batch: &RecordBatch) {
     let rows = batch.num_rows() * BATCHES;
     // Every path must read back every row before its speed means anything.
     assert_eq!(arrow_rs(batch), rows);
     assert_eq!(arrow_device_sync(batch), rows);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    assert_eq!(arrow_device_async(&runtime, batch), rows);
 
     let mut group = configure(c, name);
     group.throughput(Throughput::Elements(BATCHES as u64));
     group.bench_function("arrow-rs", |b| b.iter(|| arrow_rs(black_box(batch))));
     group.bench_function("arrow-device", |b| {
         b.iter(|| arrow_device_sync(black_box(batch)))
+    });
+    group.bench_function("arrow-device-async", |b| {
+        b.iter(|| arrow_device_async(&runtime, black_box(batch)))
     });
     group.finish();
 }
