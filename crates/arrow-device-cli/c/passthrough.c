@@ -16,6 +16,9 @@
  * Buffer pointers are device pointers: they are dereferenced only when the
  * array's device_type is ARROW_DEVICE_CPU (spec: "the consumer MUST NOT
  * dereference a pointer to non-CPU memory").
+ *
+ * The check itself (ad_cli_check_array, declared in ad_cli.h) is shared with
+ * the stream relay in relay.c, which applies it to every array of a stream.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -23,18 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "arrow_device.h"
-
-/* What the walk found; filled in on success. Mirrored by `HandoffCounts` in
- * src/handoff.rs (same field order, all int64_t). */
-struct ad_cli_counts {
-  int64_t nodes;          /* array nodes, dictionaries included */
-  int64_t buffers;        /* buffer slots (n_buffers summed) */
-  int64_t null_buffers;   /* slots holding NULL (allowed for empty buffers) */
-  int64_t dictionaries;   /* dictionary-encoded nodes */
-  int64_t max_depth;      /* deepest node, the root being 1 */
-  int64_t host_checked;   /* offset buffers read on the host (CPU arrays) */
-};
+#include "ad_cli.h"
 
 struct walk {
   int32_t device_type;
@@ -232,8 +224,7 @@ static int walk_node(struct walk* w, const struct ArrowArray* a,
   return 0;
 }
 
-int ad_cli_passthrough(struct ArrowDeviceArray* in, struct ArrowSchema* schema_in,
-                       struct ArrowDeviceArray* out, struct ArrowSchema* schema_out,
+int ad_cli_check_array(const struct ArrowDeviceArray* in, const struct ArrowSchema* schema_in,
                        struct ad_cli_counts* counts, char* err, size_t err_len) {
   struct ad_cli_counts local;
   memset(&local, 0, sizeof(local));
@@ -244,9 +235,7 @@ int ad_cli_passthrough(struct ArrowDeviceArray* in, struct ArrowSchema* schema_i
   w.err_len = err_len;
   if (err != NULL && err_len > 0) err[0] = '\0';
 
-  if (in == NULL || schema_in == NULL || out == NULL || schema_out == NULL) {
-    return fail(&w, "NULL argument");
-  }
+  if (in == NULL || schema_in == NULL) return fail(&w, "NULL argument");
   if (schema_in->release == NULL) return fail(&w, "schema is released (release is NULL)");
   if (in->device_type <= 0) {
     return fail(&w, "device_type is %d, expected a positive ArrowDeviceType",
@@ -268,13 +257,33 @@ int ad_cli_passthrough(struct ArrowDeviceArray* in, struct ArrowSchema* schema_i
 
   int rc = walk_node(&w, &in->array, schema_in, 1);
   if (rc != 0) return rc;
+  if (counts != NULL) *counts = local;
+  return 0;
+}
+
+void ad_cli_counts_add(struct ad_cli_counts* total, const struct ad_cli_counts* one) {
+  total->nodes += one->nodes;
+  total->buffers += one->buffers;
+  total->null_buffers += one->null_buffers;
+  total->dictionaries += one->dictionaries;
+  if (one->max_depth > total->max_depth) total->max_depth = one->max_depth;
+  total->host_checked += one->host_checked;
+}
+
+int ad_cli_passthrough(struct ArrowDeviceArray* in, struct ArrowSchema* schema_in,
+                       struct ArrowDeviceArray* out, struct ArrowSchema* schema_out,
+                       struct ad_cli_counts* counts, char* err, size_t err_len) {
+  if (out == NULL || schema_out == NULL) {
+    if (err != NULL && err_len > 0) snprintf(err, err_len, "array: NULL argument");
+    return EINVAL;
+  }
+  int rc = ad_cli_check_array(in, schema_in, counts, err, err_len);
+  if (rc != 0) return rc;
 
   /* Spec, "Moving an array": bitwise copy, then mark the source released. */
   memcpy(out, in, sizeof(*out));
   in->array.release = NULL;
   memcpy(schema_out, schema_in, sizeof(*schema_out));
   schema_in->release = NULL;
-
-  if (counts != NULL) *counts = local;
   return 0;
 }

@@ -17,9 +17,11 @@ use crate::error::{CliError, Result};
 
 const AFTER_HELP: &str = "\
 Examples:
-  arrow-device                              embedded dataset, 1,000,000 rows, best device
+  arrow-device                                embedded dataset, 1,000,000 rows, best device
   arrow-device --device emulated:0 --rows 100000
   arrow-device data.parquet --validate full
+  arrow-device --stream --device emulated:0   the input as one ArrowDeviceArrayStream
+  arrow-device big.arrow --stream --batch-rows 16384
 
 Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage error.";
 
@@ -27,8 +29,9 @@ Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage erro
 ///
 /// Each record batch is exported onto a device, handed to C code as an
 /// ArrowDeviceArray and ArrowSchema and moved back, imported, copied to the
-/// host and compared with the input. Prints the time and bandwidth of each
-/// stage.
+/// host and compared with the input. With --stream, the whole input goes
+/// through one ArrowDeviceArrayStream instead. Prints the time and bandwidth
+/// of each stage.
 #[derive(Debug, Parser)]
 #[command(name = "arrow-device", version, after_help = AFTER_HELP)]
 pub struct Args {
@@ -58,6 +61,33 @@ pub struct Args {
     /// Seed of the embedded dataset.
     #[arg(long, default_value_t = crate::dataset::DEFAULT_SEED, value_name = "SEED")]
     pub seed: u64,
+
+    /// Stream the input: export it as one ArrowDeviceArrayStream (batches
+    /// copied onto the device as get_next pulls them), move the stream into
+    /// C code that relays and checks every batch, import it back and verify
+    /// batch by batch. Memory stays bounded by a few batches.
+    #[arg(long)]
+    pub stream: bool,
+
+    /// Rows per batch, at least 1: the embedded dataset and Parquet files are
+    /// read in batches of this size, and longer batches of IPC inputs are cut
+    /// to it (each piece a compact copy of its rows).
+    #[arg(
+        long,
+        default_value_t = crate::dataset::DEFAULT_CHUNK_ROWS,
+        value_name = "N",
+        value_parser = parse_batch_rows
+    )]
+    pub batch_rows: usize,
+}
+
+/// `--batch-rows`: a positive number of rows.
+fn parse_batch_rows(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("a batch needs at least 1 row".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a number of rows: {e}")),
+    }
 }
 
 /// `--validate` values, named as in nanoarrow.
@@ -189,6 +219,21 @@ mod tests {
         let err = "cuda:x".parse::<DeviceSpec>().unwrap_err();
         assert!(err.contains("\"x\""), "{err}");
         assert!("cpu:0".parse::<DeviceSpec>().is_err());
+    }
+
+    #[test]
+    fn batch_rows_must_be_positive() {
+        assert_eq!(parse_batch_rows("65536"), Ok(65_536));
+        assert_eq!(
+            parse_batch_rows("0"),
+            Err("a batch needs at least 1 row".to_string())
+        );
+        assert!(parse_batch_rows("-3")
+            .unwrap_err()
+            .starts_with("not a number of rows"));
+        let args = Args::try_parse_from(["arrow-device", "--stream"]).unwrap();
+        assert!(args.stream);
+        assert_eq!(args.batch_rows, crate::dataset::DEFAULT_CHUNK_ROWS);
     }
 
     #[test]

@@ -18,10 +18,19 @@ pub enum CliError {
     },
     /// A stage of the round trip failed on one batch.
     Stage {
-        /// The stage (`export`, `C hand-off`, `import`, `to_host`).
+        /// The stage (`export`, `C hand-off`, `get_next`, `import`,
+        /// `to_host`).
         stage: &'static str,
         /// Index of the batch, from 0.
         batch: usize,
+        /// The library's (or the C code's) message.
+        message: String,
+    },
+    /// A stage that concerns the whole stream (`--stream`), not one batch,
+    /// failed: exporting or relaying the stream, or reading its schema.
+    Stream {
+        /// The stage (`export`, `C relay`, `import`).
+        stage: &'static str,
         /// The library's (or the C code's) message.
         message: String,
     },
@@ -70,6 +79,9 @@ impl fmt::Display for CliError {
                 message,
             } => {
                 write!(f, "batch {batch}: {stage} failed: {message}")
+            }
+            CliError::Stream { stage, message } => {
+                write!(f, "stream: {stage} failed: {message}")
             }
             CliError::Mismatch { batch, detail } => {
                 write!(

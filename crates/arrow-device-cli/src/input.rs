@@ -1,16 +1,25 @@
 //! Where the record batches come from: an Arrow IPC file or stream, a Parquet
 //! file (told apart by their first bytes), or the embedded dataset.
+//!
+//! Every input is read lazily, one batch at a time (the IPC readers decode a
+//! message per batch, the Parquet reader a batch of a row group, the dataset
+//! generates a chunk), so a run holds a few batches, never the whole file.
+//! Batches have at most `--batch-rows` rows: the dataset and the Parquet
+//! reader produce them at that size, and larger IPC batches are cut by
+//! [`rechunk`] into compact copies of their slices ([`compact`]).
 
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::{make_array, Array, ArrayRef, RecordBatch};
+use arrow_data::transform::MutableArrayData;
 use arrow_ipc::reader::{FileReader, StreamReader};
-use arrow_schema::SchemaRef;
+use arrow_schema::{ArrowError, DataType, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::dataset::{Dataset, DEFAULT_CHUNK_ROWS, DEFAULT_ROWS};
+use crate::dataset::{Dataset, DEFAULT_ROWS};
 use crate::error::{CliError, Result};
 
 /// Magic bytes opening an Arrow IPC file (IPC format spec, "IPC File Format").
@@ -21,6 +30,10 @@ const PARQUET_MAGIC: &[u8] = b"PAR1";
 /// format 0.15, the only form Arrow C++ and arrow-rs write).
 const IPC_CONTINUATION: &[u8] = &[0xFF, 0xFF, 0xFF, 0xFF];
 
+/// The batches of an input, in order; `Send` so they can feed a stream
+/// exported to another owner.
+pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch>> + Send>;
+
 /// An opened input: what it is and its batches.
 pub struct Input {
     /// One line for the report, e.g. `Parquet file data.parquet (4 row groups, snappy)`.
@@ -29,8 +42,8 @@ pub struct Input {
     pub schema: SchemaRef,
     /// Total rows when known up front (for the progress bar).
     pub total_rows: Option<u64>,
-    /// The batches, in order.
-    pub batches: Box<dyn Iterator<Item = Result<RecordBatch>>>,
+    /// The batches, in order, read as they are pulled.
+    pub batches: Batches,
 }
 
 /// The file formats recognised from the first bytes.
@@ -58,11 +71,12 @@ pub fn detect(head: &[u8]) -> Option<Format> {
 }
 
 /// Opens `file`, or the embedded dataset of `rows` rows (default
-/// [`DEFAULT_ROWS`]) from `seed` when there is no file. With a file, `rows`
-/// caps the rows read.
-pub fn open(file: Option<&Path>, rows: Option<u64>, seed: u64) -> Result<Input> {
+/// [`DEFAULT_ROWS`]) from `seed` when there is no file, in batches of at most
+/// `batch_rows` rows (at least 1). With a file, `rows` caps the rows read.
+pub fn open(file: Option<&Path>, rows: Option<u64>, seed: u64, batch_rows: usize) -> Result<Input> {
+    let batch_rows = batch_rows.max(1);
     let Some(path) = file else {
-        let dataset = Dataset::new(rows.unwrap_or(DEFAULT_ROWS), seed);
+        let dataset = Dataset::new(rows.unwrap_or(DEFAULT_ROWS), seed).with_chunk_rows(batch_rows);
         return Ok(Input {
             description: format!(
                 "embedded dataset (seed {}, {} rows in batches of {})",
@@ -77,16 +91,16 @@ pub fn open(file: Option<&Path>, rows: Option<u64>, seed: u64) -> Result<Input> 
             })),
         });
     };
-    let mut input = open_file(path)?;
+    let mut input = open_file(path, batch_rows)?;
     if let Some(limit) = rows {
         input.total_rows = Some(input.total_rows.map_or(limit, |total| total.min(limit)));
         input.description.push_str(&format!(", first {limit} rows"));
-        input.batches = Box::new(limit_rows(input.batches, limit));
+        input.batches = Box::new(limit_rows(input.batches, limit, path.to_path_buf()));
     }
     Ok(input)
 }
 
-fn open_file(path: &Path) -> Result<Input> {
+fn open_file(path: &Path, batch_rows: usize) -> Result<Input> {
     let mut file =
         File::open(path).map_err(|e| CliError::input(path, format!("cannot open: {e}")))?;
     let mut head = [0u8; 8];
@@ -120,7 +134,11 @@ fn open_file(path: &Path) -> Result<Input> {
                 description: format!("Arrow IPC file {name} ({batches} batches)"),
                 schema: reader.schema(),
                 total_rows: None,
-                batches: Box::new(reader.map(move |b| b.map_err(|e| decode(&e)))),
+                batches: Box::new(rechunk(
+                    reader.map(move |b| b.map_err(|e| decode(&e))),
+                    batch_rows,
+                    path.to_path_buf(),
+                )),
             })
         }
         Format::IpcStream => {
@@ -129,7 +147,11 @@ fn open_file(path: &Path) -> Result<Input> {
                 description: format!("Arrow IPC stream {name}"),
                 schema: reader.schema(),
                 total_rows: None,
-                batches: Box::new(reader.map(move |b| b.map_err(|e| decode(&e)))),
+                batches: Box::new(rechunk(
+                    reader.map(move |b| b.map_err(|e| decode(&e))),
+                    batch_rows,
+                    path.to_path_buf(),
+                )),
             })
         }
         Format::Parquet => {
@@ -154,7 +176,7 @@ fn open_file(path: &Path) -> Result<Input> {
             let total = metadata.file_metadata().num_rows().max(0) as u64;
             let schema = builder.schema().clone();
             let reader = builder
-                .with_batch_size(DEFAULT_CHUNK_ROWS)
+                .with_batch_size(batch_rows)
                 .build()
                 .map_err(|e| decode(&e))?;
             Ok(Input {
@@ -208,21 +230,90 @@ fn hex(bytes: &[u8]) -> String {
         .join(" ")
 }
 
-/// Stops after `limit` rows, slicing the batch that crosses it.
+/// Splits batches longer than `batch_rows` (at least 1) into batches of
+/// `batch_rows` rows (the last may be shorter), each a [`compact`] copy of
+/// its slice; shorter batches pass unchanged (joining them would copy).
+/// Lazy: one input batch is held at a time. `path` names the input in
+/// errors.
+pub fn rechunk(
+    batches: impl Iterator<Item = Result<RecordBatch>> + Send,
+    batch_rows: usize,
+    path: PathBuf,
+) -> impl Iterator<Item = Result<RecordBatch>> + Send {
+    let batch_rows = batch_rows.max(1);
+    let mut batches = batches;
+    // The batch being sliced and the offset of its next slice.
+    let mut current: Option<(RecordBatch, usize)> = None;
+    std::iter::from_fn(move || loop {
+        if let Some((batch, offset)) = current.take() {
+            if offset < batch.num_rows() {
+                let len = batch_rows.min(batch.num_rows() - offset);
+                let slice = compact(&batch.slice(offset, len));
+                current = Some((batch, offset + len));
+                return Some(
+                    slice.map_err(|e| CliError::input(&path, format!("re-chunking: {e}"))),
+                );
+            }
+        }
+        match batches.next()? {
+            Ok(batch) if batch.num_rows() > batch_rows => current = Some((batch, 0)),
+            other => return Some(other),
+        }
+    })
+}
+
+/// A copy of `batch` that owns only its rows' data.
+///
+/// A zero-copy slice keeps pointing into the whole of the buffers that are
+/// addressed by values (string data, list children, view data buffers), and
+/// a device export copies those whole (see `arrow-device`'s trimming): every
+/// slice of a big batch would move the big batch's strings again. The copy
+/// is made with arrow-rs' `MutableArrayData`; view columns go through `gc`,
+/// which keeps only the strings the views reference. Dictionaries are kept
+/// whole and shared.
+pub fn compact(batch: &RecordBatch) -> std::result::Result<RecordBatch, ArrowError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(compact_array)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(batch.schema(), columns)
+}
+
+fn compact_array(array: &ArrayRef) -> std::result::Result<ArrayRef, ArrowError> {
+    Ok(match array.data_type() {
+        DataType::Utf8View => std::sync::Arc::new(array.as_string_view().gc()),
+        DataType::BinaryView => std::sync::Arc::new(array.as_binary_view().gc()),
+        _ => {
+            let data = array.to_data();
+            let mut copy = MutableArrayData::new(vec![&data], false, data.len());
+            copy.try_extend(0, 0, data.len())?;
+            make_array(copy.freeze())
+        }
+    })
+}
+
+/// Stops after `limit` rows; the batch that crosses it is cut to a
+/// [`compact`] copy of its first rows. `path` names the input in errors.
 fn limit_rows(
-    batches: Box<dyn Iterator<Item = Result<RecordBatch>>>,
+    batches: Batches,
     limit: u64,
-) -> impl Iterator<Item = Result<RecordBatch>> {
+    path: PathBuf,
+) -> impl Iterator<Item = Result<RecordBatch>> + Send {
     let mut left = limit;
     batches.map_while(move |batch| {
         if left == 0 {
             return None;
         }
-        Some(batch.map(|batch| {
+        Some(batch.and_then(|batch| {
             let take = (batch.num_rows() as u64).min(left);
             left -= take;
-            // The cast is lossless: `take` is at most `num_rows()`, a usize.
-            batch.slice(0, take as usize)
+            if take == batch.num_rows() as u64 {
+                return Ok(batch);
+            }
+            // The cast is lossless: `take` is less than `num_rows()`, a usize.
+            compact(&batch.slice(0, take as usize))
+                .map_err(|e| CliError::input(&path, format!("cutting to --rows: {e}")))
         }))
     })
 }
@@ -247,17 +338,72 @@ mod tests {
     #[test]
     fn row_limit_slices_the_crossing_batch() {
         let batches = Dataset::new(1_000, 3).with_chunk_rows(300).batches();
-        let boxed: Box<dyn Iterator<Item = Result<RecordBatch>>> =
+        let boxed: Batches =
             Box::new(batches.map(|b| b.map_err(|e| CliError::Usage(e.to_string()))));
-        let rows: Vec<usize> = limit_rows(boxed, 650)
+        let rows: Vec<usize> = limit_rows(boxed, 650, PathBuf::from("x"))
             .map(|b| b.unwrap().num_rows())
             .collect();
         assert_eq!(rows, [300, 300, 50]);
     }
 
     #[test]
+    fn rechunk_slices_long_batches_and_passes_short_ones() {
+        let batches = Dataset::new(2_500, 3).with_chunk_rows(1_000).batches();
+        let batches = batches.map(|b| b.map_err(|e| CliError::Usage(e.to_string())));
+        let chunks: Vec<RecordBatch> = rechunk(batches, 400, PathBuf::from("x"))
+            .map(|b| b.unwrap())
+            .collect();
+        let rows: Vec<usize> = chunks.iter().map(|b| b.num_rows()).collect();
+        assert_eq!(rows, [400, 400, 200, 400, 400, 200, 400, 100]);
+        // The slices are the rows in order: 1,000 + 1,000 + 500.
+        let whole = Dataset::new(2_500, 3).generate(0, 2_500).unwrap();
+        let mut start = 0;
+        for chunk in &chunks {
+            assert_eq!(*chunk, whole.slice(start, chunk.num_rows()));
+            start += chunk.num_rows();
+        }
+    }
+
+    #[test]
+    fn a_compact_slice_owns_only_its_rows() {
+        let whole = Dataset::new(10_000, 4).generate(0, 10_000).unwrap();
+        let slice = whole.slice(4_000, 1_000);
+        let compacted = compact(&slice).unwrap();
+        assert_eq!(compacted, slice);
+        let bytes = crate::pipeline::batch_bytes;
+        // The zero-copy slice points into all of the batch's string, list
+        // and view data; the copy holds about a tenth of it.
+        assert!(bytes(&slice) > bytes(&whole) / 3, "{}", bytes(&slice));
+        assert!(
+            bytes(&compacted) < bytes(&whole) / 8,
+            "{}",
+            bytes(&compacted)
+        );
+        assert!(
+            bytes(&compacted) > bytes(&whole) / 12,
+            "{}",
+            bytes(&compacted)
+        );
+    }
+
+    #[test]
+    fn rechunk_passes_errors_through_in_order() {
+        let items = vec![
+            Dataset::new(10, 1)
+                .generate(0, 10)
+                .map_err(|e| CliError::Usage(e.to_string())),
+            Err(CliError::Usage("broken".into())),
+        ];
+        let out: Vec<Result<RecordBatch>> =
+            rechunk(items.into_iter(), 4, PathBuf::from("x")).collect();
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[2].as_ref().unwrap().num_rows(), 2);
+        assert_eq!(out[3].as_ref().unwrap_err().to_string(), "broken");
+    }
+
+    #[test]
     fn a_missing_file_names_the_path() {
-        let err = open(Some(Path::new("/nonexistent/x.arrow")), None, 0)
+        let err = open(Some(Path::new("/nonexistent/x.arrow")), None, 0, 1024)
             .err()
             .unwrap();
         assert_eq!(err.exit_code(), 1);

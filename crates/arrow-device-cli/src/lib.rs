@@ -5,8 +5,10 @@
 //! file, or the embedded [`dataset`]): export onto the chosen device, hand the
 //! `ArrowDeviceArray` and `ArrowSchema` to C code that walks and moves them
 //! ([`handoff`]), import the moved structs, copy back to the host, and compare
-//! with the input ([`pipeline`]). The [`report`] gives per-stage times and
-//! bandwidths.
+//! with the input ([`pipeline`]). With `--stream` the whole input goes
+//! through one `ArrowDeviceArrayStream` instead, relayed by C code
+//! ([`relay`]) and verified batch by batch ([`streaming`]). The [`report`]
+//! gives per-stage times and bandwidths.
 //!
 //! The library part exists so the integration tests and benchmarks can reuse
 //! the dataset generator; the command itself is `src/main.rs`.
@@ -18,7 +20,9 @@ pub mod handoff;
 pub mod input;
 pub mod pipeline;
 pub mod progress;
+pub mod relay;
 pub mod report;
+pub mod streaming;
 
 use arrow_device::abi::DeviceType;
 use arrow_device::ValidationLevel;
@@ -47,33 +51,64 @@ pub fn run(args: &Args) -> Result<Report> {
         // waits for it when import reads sizes from the device.
         "copies are asynchronous: export queues them; import waits on the sync_event to read buffer sizes"
     };
-    let note = Some(note.to_string());
+    let mut note = note.to_string();
+    if args.stream {
+        note.push_str(
+            "\nstream: export is the time in the producer's get_next less reading the input, \
+             as the C relay measures it; import is the rest of each get_next",
+        );
+    }
+    let note = Some(note);
 
-    let mut input = input::open(args.file.as_deref(), args.rows, args.seed)?;
+    let mut input = input::open(args.file.as_deref(), args.rows, args.seed, args.batch_rows)?;
+    let description = std::mem::take(&mut input.description);
+    let columns = input.schema.fields().len();
     let progress = progress::Progress::new(input.total_rows, !args.no_progress);
-    let pipeline = Pipeline::new(device, level);
     let mut totals = Totals::default();
+    let stream = if args.stream {
+        let summary = streaming::run(
+            input,
+            device,
+            level,
+            args.batch_rows,
+            &progress,
+            &mut totals,
+        )?;
+        Some(summary)
+    } else {
+        round_trip_each(input, &Pipeline::new(device, level), &progress, &mut totals)?;
+        None
+    };
+    progress.finish();
 
+    Ok(Report {
+        input: description,
+        device: device_name,
+        validation: format!("{:?}", args.validate).to_ascii_lowercase(),
+        columns,
+        totals,
+        note,
+        stream,
+    })
+}
+
+/// Round-trips the input one `ArrowDeviceArray` per batch.
+fn round_trip_each(
+    mut input: input::Input,
+    pipeline: &Pipeline,
+    progress: &progress::Progress,
+    totals: &mut Totals,
+) -> Result<()> {
     let mut index = 0;
     loop {
         let t = std::time::Instant::now();
         let Some(batch) = input.batches.next() else {
-            break;
+            return Ok(());
         };
         totals.times.input += t.elapsed();
         let batch = batch?;
-        pipeline.round_trip(index, &batch, &mut totals)?;
+        pipeline.round_trip(index, &batch, totals)?;
         progress.advance(batch.num_rows() as u64);
         index += 1;
     }
-    progress.finish();
-
-    Ok(Report {
-        input: input.description,
-        device: device_name,
-        validation: format!("{:?}", args.validate).to_ascii_lowercase(),
-        columns: input.schema.fields().len(),
-        totals,
-        note,
-    })
 }

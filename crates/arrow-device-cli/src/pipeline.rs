@@ -24,7 +24,8 @@ pub struct StageTimes {
     /// `export_record_batch_to`: building the structs and copying the buffers
     /// onto the device.
     pub export: Duration,
-    /// The C walk and move.
+    /// The C walk and move (with `--stream`: the C relay's moving of the
+    /// stream and its checks of each batch).
     pub handoff: Duration,
     /// `DeviceArray::try_new`: validation and import.
     pub import: Duration,
@@ -37,10 +38,16 @@ pub struct StageTimes {
 impl StageTimes {
     /// The stages as `(name, time)` rows, in pipeline order.
     pub fn rows(&self) -> [(&'static str, Duration); 6] {
+        self.rows_named("C hand-off")
+    }
+
+    /// [`StageTimes::rows`] with the C stage called `handoff` (`C relay` for
+    /// a stream).
+    pub fn rows_named(&self, handoff: &'static str) -> [(&'static str, Duration); 6] {
         [
             ("read input", self.input),
             ("export", self.export),
-            ("C hand-off", self.handoff),
+            (handoff, self.handoff),
             ("import", self.import),
             ("to_host", self.to_host),
             ("verify", self.verify),
@@ -121,14 +128,19 @@ impl Pipeline {
 
         totals.batches += 1;
         totals.rows += batch.num_rows() as u64;
-        totals.bytes += batch
-            .columns()
-            .iter()
-            .map(|c| buffer_bytes(&c.to_data()))
-            .sum::<u64>();
+        totals.bytes += batch_bytes(batch);
         totals.counts.accumulate(&counts);
         Ok(())
     }
+}
+
+/// Bytes in the buffers of `batch`'s columns ([`buffer_bytes`] summed).
+pub fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|c| buffer_bytes(&c.to_data()))
+        .sum()
 }
 
 /// Bytes in the buffers of `data` and of its children (dictionary values

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::pipeline::Totals;
+use crate::streaming::StreamSummary;
 
 /// Everything the report shows.
 #[derive(Debug, Clone)]
@@ -18,14 +19,20 @@ pub struct Report {
     pub columns: usize,
     /// What moved and how long it took.
     pub totals: Totals,
-    /// A line printed under the stage table, if any.
+    /// Lines printed under the stage table, if any.
     pub note: Option<String>,
+    /// `Some` for a `--stream` run: its throughput and batch latencies.
+    pub stream: Option<StreamSummary>,
 }
 
 /// Gigabytes (10^9 bytes) per second, or `None` when no time was measured.
 pub fn gb_per_s(bytes: u64, time: Duration) -> Option<f64> {
     let secs = time.as_secs_f64();
     (secs > 0.0).then(|| bytes as f64 / secs / 1e9)
+}
+
+fn millis(time: Duration) -> f64 {
+    time.as_secs_f64() * 1e3
 }
 
 fn human_bytes(bytes: u64) -> String {
@@ -50,6 +57,14 @@ impl fmt::Display for Report {
         writeln!(f, "input       {}", self.input)?;
         writeln!(f, "device      {}", self.device)?;
         writeln!(f, "validation  {}", self.validation)?;
+        if let Some(stream) = &self.stream {
+            writeln!(
+                f,
+                "mode        stream: one ArrowDeviceArrayStream relayed by C, \
+                 batches of at most {} rows",
+                stream.batch_rows
+            )?;
+        }
         writeln!(f, "batches     {}", t.batches)?;
         writeln!(f, "rows        {}", t.rows)?;
         writeln!(f, "columns     {}", self.columns)?;
@@ -62,20 +77,43 @@ impl fmt::Display for Report {
         )?;
         writeln!(f)?;
         writeln!(f, "{:<12} {:>12} {:>10}", "stage", "time (ms)", "GB/s")?;
-        let mut rows: Vec<(&str, Duration)> = t.times.rows().to_vec();
+        let handoff = if self.stream.is_some() {
+            "C relay"
+        } else {
+            "C hand-off"
+        };
+        let mut rows: Vec<(&str, Duration)> = t.times.rows_named(handoff).to_vec();
         rows.push(("total", t.times.total()));
         for (name, time) in rows {
             let rate = gb_per_s(t.bytes, time).map_or("-".to_string(), |r| format!("{r:.2}"));
-            writeln!(
-                f,
-                "{:<12} {:>12.3} {:>10}",
-                name,
-                time.as_secs_f64() * 1e3,
-                rate
-            )?;
+            writeln!(f, "{:<12} {:>12.3} {:>10}", name, millis(time), rate)?;
         }
         if let Some(note) = &self.note {
-            writeln!(f, "({note})")?;
+            for line in note.lines() {
+                writeln!(f, "({line})")?;
+            }
+        }
+        if let Some(stream) = &self.stream {
+            let secs = stream.wall.as_secs_f64();
+            let rows_per_s = if secs > 0.0 {
+                t.rows as f64 / secs
+            } else {
+                0.0
+            };
+            writeln!(f)?;
+            writeln!(
+                f,
+                "throughput  {:.0} rows/s, {} GB/s ({:.3} ms wall, stream open to last batch verified)",
+                rows_per_s,
+                gb_per_s(t.bytes, stream.wall).map_or("-".to_string(), |r| format!("{r:.2}")),
+                millis(stream.wall)
+            )?;
+            writeln!(
+                f,
+                "per batch   median {:.3} ms, max {:.3} ms (get_next to verified)",
+                millis(stream.median_batch),
+                millis(stream.max_batch)
+            )?;
         }
         writeln!(f)?;
         writeln!(f, "verified: equal")
@@ -108,6 +146,7 @@ mod tests {
             columns: 9,
             totals,
             note: None,
+            stream: None,
         };
         let text = report.to_string();
         assert!(text.contains("rows        20000\n"), "{text}");
@@ -128,5 +167,46 @@ mod tests {
             .map(str::len)
             .collect();
         assert!(widths.iter().all(|w| *w == widths[0]), "{widths:?}");
+    }
+
+    #[test]
+    fn a_stream_report_names_the_relay_and_gives_throughput_and_latency() {
+        let mut totals = Totals {
+            batches: 4,
+            rows: 1_000_000,
+            bytes: 500_000_000,
+            ..Totals::default()
+        };
+        totals.times.handoff = Duration::from_micros(250);
+        let report = Report {
+            input: "embedded".into(),
+            device: "emulated:0 (EXT_DEV, device_id 0)".into(),
+            validation: "default".into(),
+            columns: 9,
+            totals,
+            note: None,
+            stream: Some(StreamSummary {
+                batch_rows: 250_000,
+                wall: Duration::from_millis(500),
+                median_batch: Duration::from_micros(120_500),
+                max_batch: Duration::from_millis(130),
+            }),
+        };
+        let text = report.to_string();
+        assert!(
+            text.contains("mode        stream: one ArrowDeviceArrayStream relayed by C, batches of at most 250000 rows\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nC relay             0.250"), "{text}");
+        assert!(!text.contains("C hand-off"), "{text}");
+        assert!(
+            text.contains("throughput  2000000 rows/s, 1.00 GB/s (500.000 ms wall"),
+            "{text}"
+        );
+        assert!(
+            text.contains("per batch   median 120.500 ms, max 130.000 ms"),
+            "{text}"
+        );
+        assert!(text.ends_with("verified: equal\n"));
     }
 }

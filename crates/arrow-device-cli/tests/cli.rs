@@ -2,76 +2,17 @@
 //! with `std::process::Command` and its report, messages and exit codes are
 //! checked.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
 
-use arrow_array::RecordBatch;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::Output;
+
 use arrow_device_cli::dataset::Dataset;
+use common::{arrow_device, dataset_batches, report_value, stderr, stdout, TempPath};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
-
-fn arrow_device(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_arrow-device"))
-        .args(args)
-        .output()
-        .expect("the arrow-device binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// A fresh path in the temp dir, removed when dropped.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(suffix: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "arrow-device-cli-test-{}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed),
-            suffix
-        );
-        TempPath(std::env::temp_dir().join(name))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn arg(&self) -> &str {
-        self.0.to_str().expect("temp paths are UTF-8 here")
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn dataset_batches(rows: u64, chunk_rows: usize) -> Vec<RecordBatch> {
-    Dataset::new(rows, 11)
-        .with_chunk_rows(chunk_rows)
-        .batches()
-        .collect::<Result<_, _>>()
-        .unwrap()
-}
-
-/// The value of a `key   value` line of the report's header.
-fn report_value<'a>(report: &'a str, key: &str) -> Option<&'a str> {
-    report
-        .lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ').map(str::trim))
-}
 
 fn assert_verified(output: &Output, rows: &str, batches: Option<&str>) {
     let out = stdout(output);
