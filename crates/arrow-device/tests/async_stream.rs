@@ -542,10 +542,18 @@ async fn consumer_refusing_the_schema_or_a_task_gets_release_only() {
         ..Default::default()
     });
     let rec = consumer.recorder.clone();
+    let (arrays, counters): (Vec<_>, Vec<_>) = (0..5).map(counted_array).unzip();
+    let producer = AsyncDeviceStreamProducer::from_device_arrays(
+        struct_field(),
+        DeviceType::CPU,
+        stream::iter(arrays.into_iter().map(Ok)),
+    )
+    .unwrap();
     // SAFETY: a live handler, kept alive until after release.
-    let err = within("driver", unsafe { producer_of(5).run(consumer.handler()) })
+    let err = within("driver", unsafe { producer.run(consumer.handler()) })
         .await
         .unwrap_err();
+
     assert!(
         matches!(&err, Error::Consumer { code, message } if *code == libc::EPERM && message.contains("on_next_task (batch 1)")),
         "{err}"
@@ -559,6 +567,13 @@ async fn consumer_refusing_the_schema_or_a_task_gets_release_only() {
             Event::Release
         ]
     );
+    assert_eq!(counters[1].array_releases(), 1, "the refused task's array");
+    // The accepted one is the consumer's; the ones never sent went with the
+    // source.
+    drop((rec, consumer));
+    for (i, c) in counters.iter().enumerate() {
+        assert_eq!(c.array_releases(), 1, "array {i} released once");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

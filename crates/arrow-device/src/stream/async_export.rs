@@ -34,7 +34,9 @@
 //! Ownership of tasks: each task owns its array until `extract_data` is
 //! called on it (once; a second call returns `EINVAL`). A consumer that never
 //! calls `extract_data` leaks that array, as the spec puts the call on the
-//! consumer. Tasks stay valid after the handler is released.
+//! consumer. Tasks stay valid after the handler is released. A task the
+//! consumer refuses (`on_next_task` returns non-zero) was not taken: the
+//! driver releases it, and the consumer must not extract it.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -572,10 +574,17 @@ impl AsyncProducerDriver {
         };
         // SAFETY: a valid handler; the task lives for the call, and its
         // contents (a boxed array) stay valid wherever the consumer copies
-        // them. A task the consumer neither extracted nor copied is its
-        // leak: after a call we cannot tell a copied task from an ignored one.
+        // them. A task the consumer accepted but never extracts is its leak:
+        // after a call we cannot tell a copied task from an ignored one.
         let code = unsafe { (callbacks.on_next_task)(self.handler, &mut task, std::ptr::null()) };
         if code != 0 {
+            // A refusal means the consumer did not take the task: it is
+            // released here (unless the consumer extracted it during the
+            // call, which cleared it). A consumer must not extract a task it
+            // refused.
+            // SAFETY: our own task, extracted at most once (the call clears
+            // private_data); NULL `out` releases the array.
+            unsafe { task_extract_data(&mut task, std::ptr::null_mut()) };
             self.release_handler(None);
             return Err(refused(&format!("on_next_task (batch {index})"), code));
         }
