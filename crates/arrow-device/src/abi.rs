@@ -402,6 +402,12 @@ pub mod raw {
         unsafe { &mut *(stream as *mut FFI_ArrowArrayStream).cast::<ArrowArrayStream>() }
     }
 
+    /// Views an [`FFI_ArrowArrayStream`] through its public-field mirror.
+    pub fn stream(stream: &FFI_ArrowArrayStream) -> &ArrowArrayStream {
+        // SAFETY: identical #[repr(C)] layouts (asserted below).
+        unsafe { &*(stream as *const FFI_ArrowArrayStream).cast::<ArrowArrayStream>() }
+    }
+
     /// Views an [`FFI_ArrowArray`] through its public-field mirror.
     pub fn array_mut(array: &mut FFI_ArrowArray) -> &mut ArrowArray {
         // SAFETY: both types are #[repr(C)] with the same fields in the same

@@ -35,7 +35,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
@@ -67,8 +67,8 @@ pub fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDevic
         device_type: DeviceType::CPU,
         get_schema: Some(from_ffi::get_schema),
         get_next: Some(from_ffi::get_next),
-        get_last_error: Some(from_ffi::get_last_error),
-        release: Some(from_ffi::release),
+        get_last_error: Some(get_last_error::<ArrowDeviceArrayStream, FFI_ArrowArrayStream>),
+        release: Some(release::<ArrowDeviceArrayStream, FFI_ArrowArrayStream>),
         private_data: Box::into_raw(private).cast(),
     })
 }
@@ -98,8 +98,8 @@ pub fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_Arro
     let fields = raw::stream_mut(&mut out);
     fields.get_schema = Some(to_ffi::get_schema);
     fields.get_next = Some(to_ffi::get_next);
-    fields.get_last_error = Some(to_ffi::get_last_error);
-    fields.release = Some(to_ffi::release);
+    fields.get_last_error = Some(get_last_error::<raw::ArrowArrayStream, ArrowDeviceArrayStream>);
+    fields.release = Some(release::<raw::ArrowArrayStream, ArrowDeviceArrayStream>);
     fields.private_data = Box::into_raw(private).cast();
     Ok(out)
 }
@@ -124,62 +124,138 @@ struct Bridge<S> {
     last_error: Option<CString>,
 }
 
-/// Runs `call` on the bridge behind `private_data`: NULL or released is
-/// `EINVAL`; a panic becomes `EIO` with a message.
-///
-/// # Safety
-/// `private_data` is NULL or the `Bridge<S>` this module leaked for the
-/// stream, alive until its release.
-unsafe fn with_bridge<S>(
-    released: bool,
-    private_data: *mut std::ffi::c_void,
-    call: impl FnOnce(&mut Bridge<S>) -> c_int,
-) -> c_int {
-    if released || private_data.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: per the contract; the consumer calls one callback at a time.
-    let bridge = unsafe { &mut *private_data.cast::<Bridge<S>>() };
-    bridge.last_error = None;
-    match catch_unwind(AssertUnwindSafe(|| call(bridge))) {
-        Ok(code) => code,
-        Err(payload) => {
-            let err = Error::from_panic(payload);
-            bridge.last_error = Some(message_cstring(&err.to_string()));
-            err.errno()
-        }
-    }
-}
-
 impl<S> Bridge<S> {
     fn fail(&mut self, err: Error) -> c_int {
         self.last_error = Some(message_cstring(&err.to_string()));
         err.errno()
     }
+}
 
-    /// The bridge's own error if the last call set one, else the wrapped
-    /// stream's.
-    fn last_error(&mut self, inner: impl FnOnce(&mut S) -> *const c_char) -> *const c_char {
-        match &self.last_error {
-            Some(message) => message.as_ptr(),
-            None => inner(&mut self.inner),
+/// What the callbacks both bridges share need of a stream struct: the C
+/// stream's and the device stream's have the same members, of other types.
+trait StreamStruct {
+    fn live_private_data(&self) -> Option<*mut c_void>;
+    /// Clears the callbacks and `private_data` (returned), field by field:
+    /// assigning a whole struct would drop, and so release, the old value.
+    fn mark_released(&mut self) -> *mut c_void;
+    /// # Safety
+    /// The struct is a live stream.
+    unsafe fn last_error(&mut self) -> *const c_char;
+}
+
+macro_rules! stream_struct {
+    ($t:ty) => {
+        impl StreamStruct for $t {
+            fn live_private_data(&self) -> Option<*mut c_void> {
+                (self.release.is_some() && !self.private_data.is_null())
+                    .then_some(self.private_data)
+            }
+
+            fn mark_released(&mut self) -> *mut c_void {
+                self.get_schema = None;
+                self.get_next = None;
+                self.get_last_error = None;
+                self.release = None;
+                std::mem::replace(&mut self.private_data, ptr::null_mut())
+            }
+
+            unsafe fn last_error(&mut self) -> *const c_char {
+                match self.get_last_error {
+                    // SAFETY: the stream's own callback, on it while live.
+                    Some(get_last_error) => unsafe { get_last_error(self) },
+                    None => ptr::null(),
+                }
+            }
         }
+    };
+}
+
+stream_struct!(ArrowDeviceArrayStream);
+stream_struct!(raw::ArrowArrayStream);
+
+/// arrow-rs keeps the fields private: through the public-field mirror.
+impl StreamStruct for FFI_ArrowArrayStream {
+    fn live_private_data(&self) -> Option<*mut c_void> {
+        raw::stream(self).live_private_data()
+    }
+
+    fn mark_released(&mut self) -> *mut c_void {
+        raw::stream_mut(self).mark_released()
+    }
+
+    unsafe fn last_error(&mut self) -> *const c_char {
+        // SAFETY: forwarded from the caller.
+        unsafe { raw::stream_mut(self).last_error() }
     }
 }
 
-/// Releases a bridge: marks the outer struct released first, then drops the
-/// private data (which releases the wrapped stream).
+/// Runs `call` on the bridge behind `stream`: NULL or released is `EINVAL`;
+/// a panic becomes `EIO` with a message.
+///
+/// # Safety
+/// `stream` is NULL or a stream made by this module with a `Bridge<I>`.
+unsafe fn with_bridge<O: StreamStruct, I>(
+    stream: *mut O,
+    call: impl FnOnce(&mut Bridge<I>) -> c_int,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(private_data) = (unsafe { stream.as_ref() }).and_then(O::live_private_data) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: our private data while the stream is live; the consumer calls
+    // one callback at a time.
+    let bridge = unsafe { &mut *private_data.cast::<Bridge<I>>() };
+    bridge.last_error = None;
+    match catch_unwind(AssertUnwindSafe(|| call(bridge))) {
+        Ok(code) => code,
+        Err(payload) => bridge.fail(Error::from_panic(payload)),
+    }
+}
+
+/// `get_last_error` of both bridges: the bridge's own error if the last call
+/// set one, else the wrapped stream's.
 ///
 /// # Safety
 /// As for [`with_bridge`].
-unsafe fn release_bridge<S>(private_data: *mut std::ffi::c_void) {
-    if private_data.is_null() {
+unsafe extern "C" fn get_last_error<O: StreamStruct, I: StreamStruct>(
+    stream: *mut O,
+) -> *const c_char {
+    let read = || {
+        // SAFETY: the consumer passes our stream.
+        let private_data = unsafe { stream.as_ref() }?.live_private_data()?;
+        // SAFETY: our private data while the stream is live.
+        let bridge = unsafe { &mut *private_data.cast::<Bridge<I>>() };
+        Some(match &bridge.last_error {
+            Some(message) => message.as_ptr(),
+            // SAFETY: the wrapped stream is live until the bridge's release.
+            None => unsafe { bridge.inner.last_error() },
+        })
+    };
+    catch_unwind(AssertUnwindSafe(read))
+        .ok()
+        .flatten()
+        .unwrap_or(ptr::null())
+}
+
+/// `release` of both bridges: marks the outer struct released first, then
+/// drops the private data (which releases the wrapped stream).
+///
+/// # Safety
+/// As for [`with_bridge`].
+unsafe extern "C" fn release<O: StreamStruct, I>(stream: *mut O) {
+    // SAFETY: the consumer passes our stream.
+    let Some(s) = (unsafe { stream.as_mut() }) else {
+        return;
+    };
+    if s.live_private_data().is_none() {
         return;
     }
-    // SAFETY: the Box leaked when the bridge was made, taken back once: the
-    // caller has already cleared `release` and `private_data`.
+    let private_data = s.mark_released();
+    // SAFETY: the Box leaked when the bridge was made, taken back once (the
+    // struct is now released). A panic in the wrapped stream's release has
+    // nowhere to go and is swallowed rather than unwound into C.
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        drop(unsafe { Box::from_raw(private_data.cast::<Bridge<S>>()) })
+        drop(unsafe { Box::from_raw(private_data.cast::<Bridge<I>>()) })
     }));
 }
 
@@ -189,27 +265,13 @@ mod from_ffi {
 
     type B = Bridge<FFI_ArrowArrayStream>;
 
-    /// # Safety
-    /// `stream` is NULL or a stream made by `device_stream_from_ffi`.
-    unsafe fn with(
-        stream: *mut ArrowDeviceArrayStream,
-        call: impl FnOnce(&mut B) -> c_int,
-    ) -> c_int {
-        // SAFETY: per the contract.
-        match unsafe { stream.as_ref() } {
-            // SAFETY: our private data while the stream is live.
-            Some(s) => unsafe { with_bridge(s.release.is_none(), s.private_data, call) },
-            None => libc::EINVAL,
-        }
-    }
-
     pub(super) unsafe extern "C" fn get_schema(
         stream: *mut ArrowDeviceArrayStream,
         out: *mut FFI_ArrowSchema,
     ) -> c_int {
         // SAFETY: the consumer passes our stream.
         unsafe {
-            with(stream, |bridge| {
+            with_bridge(stream, |bridge: &mut B| {
                 let inner = raw::stream_mut(&mut bridge.inner);
                 match inner.get_schema {
                     // SAFETY: the wrapped producer's callback on its stream;
@@ -227,7 +289,7 @@ mod from_ffi {
     ) -> c_int {
         // SAFETY: the consumer passes our stream.
         unsafe {
-            with(stream, |bridge| {
+            with_bridge(stream, |bridge: &mut B| {
                 if out.is_null() {
                     return bridge.fail(stream_error("get_next's out is NULL"));
                 }
@@ -254,48 +316,6 @@ mod from_ffi {
             })
         }
     }
-
-    pub(super) unsafe extern "C" fn get_last_error(
-        stream: *mut ArrowDeviceArrayStream,
-    ) -> *const c_char {
-        let read = || {
-            // SAFETY: the consumer passes our stream.
-            let s = unsafe { stream.as_ref() }?;
-            if s.release.is_none() || s.private_data.is_null() {
-                return None;
-            }
-            // SAFETY: our private data while the stream is live.
-            let bridge = unsafe { &mut *s.private_data.cast::<B>() };
-            Some(bridge.last_error(|inner| {
-                let inner = raw::stream_mut(inner);
-                match inner.get_last_error {
-                    // SAFETY: the wrapped producer's callback on its stream.
-                    Some(get_last_error) => unsafe { get_last_error(inner) },
-                    None => ptr::null(),
-                }
-            }))
-        };
-        catch_unwind(read).ok().flatten().unwrap_or(ptr::null())
-    }
-
-    pub(super) unsafe extern "C" fn release(stream: *mut ArrowDeviceArrayStream) {
-        // SAFETY: the consumer passes our stream.
-        let Some(s) = (unsafe { stream.as_mut() }) else {
-            return;
-        };
-        if s.release.is_none() {
-            return;
-        }
-        // Field by field: assigning a whole struct would drop (and so
-        // release) the old value.
-        let private_data = std::mem::replace(&mut s.private_data, ptr::null_mut());
-        s.get_schema = None;
-        s.get_next = None;
-        s.get_last_error = None;
-        s.release = None;
-        // SAFETY: our private data, taken once (the struct is now released).
-        unsafe { release_bridge::<FFI_ArrowArrayStream>(private_data) };
-    }
 }
 
 /// Device stream -> C stream callbacks.
@@ -304,27 +324,13 @@ mod to_ffi {
 
     type B = Bridge<ArrowDeviceArrayStream>;
 
-    /// # Safety
-    /// `stream` is NULL or a stream made by `ffi_stream_from_device`.
-    unsafe fn with(
-        stream: *mut raw::ArrowArrayStream,
-        call: impl FnOnce(&mut B) -> c_int,
-    ) -> c_int {
-        // SAFETY: per the contract.
-        match unsafe { stream.as_ref() } {
-            // SAFETY: our private data while the stream is live.
-            Some(s) => unsafe { with_bridge(s.release.is_none(), s.private_data, call) },
-            None => libc::EINVAL,
-        }
-    }
-
     pub(super) unsafe extern "C" fn get_schema(
         stream: *mut raw::ArrowArrayStream,
         out: *mut FFI_ArrowSchema,
     ) -> c_int {
         // SAFETY: the consumer passes our stream.
         unsafe {
-            with(stream, |bridge| match bridge.inner.get_schema {
+            with_bridge(stream, |bridge: &mut B| match bridge.inner.get_schema {
                 // SAFETY: the wrapped producer's callback on its stream.
                 Some(get_schema) => get_schema(&mut bridge.inner, out),
                 None => bridge.fail(stream_error("the wrapped stream was released")),
@@ -338,7 +344,7 @@ mod to_ffi {
     ) -> c_int {
         // SAFETY: the consumer passes our stream.
         unsafe {
-            with(stream, |bridge| {
+            with_bridge(stream, |bridge: &mut B| {
                 if out.is_null() {
                     return bridge.fail(stream_error("get_next's out is NULL"));
                 }
@@ -356,10 +362,9 @@ mod to_ffi {
                 {
                     // `array` is released when it drops here.
                     return bridge.fail(stream_error(format!(
-                            "a C stream carries CPU arrays without a sync_event, the device stream sent one on {} with sync_event {:?}",
-                            array.device_type, array.sync_event
-                        ),
-                    ));
+                        "a C stream carries CPU arrays without a sync_event, the device stream sent one on {} with sync_event {:?}",
+                        array.device_type, array.sync_event
+                    )));
                 }
                 // Moving the embedded array out leaves a released device
                 // struct behind, whose drop does nothing.
@@ -371,42 +376,5 @@ mod to_ffi {
                 0
             })
         }
-    }
-
-    pub(super) unsafe extern "C" fn get_last_error(
-        stream: *mut raw::ArrowArrayStream,
-    ) -> *const c_char {
-        let read = || {
-            // SAFETY: the consumer passes our stream.
-            let s = unsafe { stream.as_ref() }?;
-            if s.release.is_none() || s.private_data.is_null() {
-                return None;
-            }
-            // SAFETY: our private data while the stream is live.
-            let bridge = unsafe { &mut *s.private_data.cast::<B>() };
-            Some(bridge.last_error(|inner| match inner.get_last_error {
-                // SAFETY: the wrapped producer's callback on its stream.
-                Some(get_last_error) => unsafe { get_last_error(inner) },
-                None => ptr::null(),
-            }))
-        };
-        catch_unwind(read).ok().flatten().unwrap_or(ptr::null())
-    }
-
-    pub(super) unsafe extern "C" fn release(stream: *mut raw::ArrowArrayStream) {
-        // SAFETY: the consumer passes our stream.
-        let Some(s) = (unsafe { stream.as_mut() }) else {
-            return;
-        };
-        if s.release.is_none() {
-            return;
-        }
-        let private_data = std::mem::replace(&mut s.private_data, ptr::null_mut());
-        s.get_schema = None;
-        s.get_next = None;
-        s.get_last_error = None;
-        s.release = None;
-        // SAFETY: our private data, taken once (the struct is now released).
-        unsafe { release_bridge::<ArrowDeviceArrayStream>(private_data) };
     }
 }
