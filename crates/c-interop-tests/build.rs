@@ -12,6 +12,9 @@ const C_SOURCES: &[&str] = &[
     "c/coexist_ours_first.c",
     "c/coexist_theirs_first.c",
 ];
+/// C sources that need POSIX threads; compiled on Unix targets only (the
+/// Rust module and test that use them are `#[cfg(unix)]` too).
+const POSIX_C_SOURCES: &[&str] = &["c/async_stream.c"];
 const CPP_SOURCES: &[&str] = &["c/header_check.cpp"];
 
 fn main() {
@@ -32,6 +35,12 @@ fn main() {
         c.flags(["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]);
     }
     c.files(C_SOURCES.iter().map(|s| manifest_dir.join(s)));
+    if std::env::var("CARGO_CFG_TARGET_FAMILY").is_ok_and(|f| f.split(',').any(|f| f == "unix")) {
+        // `-pthread` for compilers and libcs that still need it for
+        // <pthread.h>; the Rust standard library links the thread library.
+        c.flag_if_supported("-pthread");
+        c.files(POSIX_C_SOURCES.iter().map(|s| manifest_dir.join(s)));
+    }
     c.compile("interop_c");
 
     let mut cpp = cc::Build::new();

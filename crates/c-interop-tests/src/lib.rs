@@ -6,9 +6,12 @@
 //! `-std=c99 -Wall -Wextra -Werror -pedantic` (and one C++11 file), so the
 //! header's validity as C and C++ is checked on every build. The tests in
 //! `tests/` then exchange arrays between that C code and `arrow-device`.
-//! The sync device stream code (`c/stream.h`) is declared in [`stream`].
+//! The sync device stream code (`c/stream.h`) is declared in [`stream`],
+//! the async one (`c/async_stream.h`, POSIX only) in `async_stream`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(unix)]
+pub mod async_stream;
 pub mod stream;
 
 use std::ffi::{c_char, c_int, CStr};

@@ -257,6 +257,13 @@ impl AsyncDeviceStreamProducer {
                 .map_or(std::ptr::null(), |m| m.as_ptr().cast::<c_char>()),
             private_data: Arc::as_ptr(&shared).cast_mut().cast::<c_void>(),
         }));
+        // Spec, "ArrowAsyncProducer Lifetime": populated before any call
+        // other than release, including an on_error sent by a driver that is
+        // dropped before its first poll.
+        // SAFETY: `handler` is NULL or valid (contract of `run`).
+        if let Some(h) = unsafe { handler.as_mut() } {
+            h.producer = producer;
+        }
         AsyncProducerDriver {
             handler,
             callbacks: None,
@@ -618,7 +625,12 @@ impl AsyncProducerDriver {
                 None => unsafe { ((*handler).on_error, (*handler).release) },
             };
             if let (Some(error), Some(on_error)) = (error, on_error) {
-                let message = message_cstring(&error.to_string());
+                // The code travels as its own argument: a producer error's
+                // text goes alone, not "producer error 125 (ECANCELED): ...".
+                let message = match error {
+                    Error::Producer { message, .. } => message_cstring(message),
+                    other => message_cstring(&other.to_string()),
+                };
                 // SAFETY: a valid handler; the message lives for the call.
                 unsafe { on_error(handler, error.errno(), message.as_ptr(), std::ptr::null()) };
             }
