@@ -76,6 +76,16 @@ pub struct Totals {
     pub times: StageTimes,
 }
 
+impl Totals {
+    /// Counts `batch` as round-tripped: one batch more, its rows and its
+    /// bytes.
+    pub fn add_batch(&mut self, batch: &RecordBatch) {
+        self.batches += 1;
+        self.rows += batch.num_rows() as u64;
+        self.bytes += batch_bytes(batch);
+    }
+}
+
 /// Round-trips batches onto one device.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
@@ -109,28 +119,47 @@ impl Pipeline {
             .map_err(|e| CliError::stage("import", index, e))?;
         totals.times.import += t.elapsed();
 
-        let t = Instant::now();
-        let result = imported
-            .to_record_batch()
-            .map_err(|e| CliError::stage("to_host", index, e))?;
-        totals.times.to_host += t.elapsed();
-        drop(imported);
-
-        let t = Instant::now();
-        let equal = result == *batch;
-        totals.times.verify += t.elapsed();
-        if !equal {
-            return Err(CliError::Mismatch {
-                batch: index,
-                detail: describe_difference(batch, &result),
-            });
-        }
-
-        totals.batches += 1;
-        totals.rows += batch.num_rows() as u64;
-        totals.bytes += batch_bytes(batch);
+        let result = copy_to_host(index, imported, totals)?;
+        verify(index, batch, &result, totals)?;
+        totals.add_batch(batch);
         totals.counts.accumulate(&counts);
         Ok(())
+    }
+}
+
+/// Copies `imported` (the `index`-th batch) to the host, adding the time to
+/// the `to_host` stage; `imported` is released after the clock stops.
+pub fn copy_to_host(
+    index: usize,
+    imported: DeviceArray,
+    totals: &mut Totals,
+) -> Result<RecordBatch> {
+    let t = Instant::now();
+    let result = imported
+        .to_record_batch()
+        .map_err(|e| CliError::stage("to_host", index, e))?;
+    totals.times.to_host += t.elapsed();
+    Ok(result)
+}
+
+/// Compares `found` with `expected` (the `index`-th batch), adding the time
+/// to the `verify` stage; fails with the first difference when they differ.
+pub fn verify(
+    index: usize,
+    expected: &RecordBatch,
+    found: &RecordBatch,
+    totals: &mut Totals,
+) -> Result<()> {
+    let t = Instant::now();
+    let equal = found == expected;
+    totals.times.verify += t.elapsed();
+    if equal {
+        Ok(())
+    } else {
+        Err(CliError::Mismatch {
+            batch: index,
+            detail: describe_difference(expected, found),
+        })
     }
 }
 

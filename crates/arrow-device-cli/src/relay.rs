@@ -197,7 +197,9 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use arrow_array::{ArrayRef, Int32Array, RecordBatch, RecordBatchIterator, StringArray};
+    use arrow_array::{
+        ArrayRef, Int32Array, RecordBatch, RecordBatchIterator, RecordBatchReader, StringArray,
+    };
     use arrow_device::device::{emulated::EmulatedDevice, DeviceRef};
     use arrow_device::stream::{export_reader, export_reader_to};
     use arrow_schema::ArrowError;
@@ -220,19 +222,30 @@ mod tests {
         .unwrap()
     }
 
+    /// A reader of `batches`, declaring the first one's schema.
+    fn reader_of(batches: Vec<RecordBatch>) -> impl RecordBatchReader + Send + 'static {
+        let schema = batches[0].schema();
+        RecordBatchIterator::new(batches.into_iter().map(Ok), schema)
+    }
+
+    /// Every batch the relay passes on, copied to the host.
+    fn relay_all(relayed: &mut RelayedStream) -> Vec<RecordBatch> {
+        relayed
+            .map(|a| a.unwrap().to_record_batch().unwrap())
+            .collect()
+    }
+
     #[test]
     fn the_relay_moves_the_stream_and_passes_every_batch_on() {
         let batches = [batch(5), batch(7), batch(1)];
-        let reader = RecordBatchIterator::new(batches.clone().map(Ok), batches[0].schema());
-        let mut relayed =
-            RelayedStream::new(export_reader(reader).unwrap(), ValidationLevel::Full).unwrap();
+        let mut relayed = RelayedStream::new(
+            export_reader(reader_of(batches.to_vec())).unwrap(),
+            ValidationLevel::Full,
+        )
+        .unwrap();
         assert_eq!(relayed.device_type(), DeviceType::CPU);
         assert_eq!(relayed.schema().unwrap(), batches[0].schema());
-        let back: Vec<RecordBatch> = relayed
-            .by_ref()
-            .map(|a| a.unwrap().to_record_batch().unwrap())
-            .collect();
-        assert_eq!(back, batches);
+        assert_eq!(relay_all(&mut relayed), batches);
         let stats = relayed.stats();
         assert_eq!((stats.batches, stats.rows), (3, 13));
         // Per batch: the root struct, int32 and utf8 nodes; the utf8 offsets
@@ -248,15 +261,10 @@ mod tests {
     fn device_batches_are_relayed_without_reading_their_buffers() {
         let device: DeviceRef = EmulatedDevice::global(0).unwrap();
         let batches = [batch(4), batch(9)];
-        let reader = RecordBatchIterator::new(batches.clone().map(Ok), batches[0].schema());
-        let stream = export_reader_to(reader, device).unwrap();
+        let stream = export_reader_to(reader_of(batches.to_vec()), device).unwrap();
         let mut relayed = RelayedStream::new(stream, ValidationLevel::Default).unwrap();
         assert_eq!(relayed.device_type(), DeviceType::EXT_DEV);
-        let back: Vec<RecordBatch> = relayed
-            .by_ref()
-            .map(|a| a.unwrap().to_record_batch().unwrap())
-            .collect();
-        assert_eq!(back, batches);
+        assert_eq!(relay_all(&mut relayed), batches);
         let stats = relayed.stats();
         assert_eq!((stats.batches, stats.rows), (2, 13));
         assert_eq!(stats.counts.host_checked, 0, "device memory is never read");

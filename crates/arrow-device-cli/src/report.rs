@@ -124,6 +124,32 @@ impl fmt::Display for Report {
 mod tests {
     use super::*;
 
+    /// Totals of `batches` batches holding `rows` rows in `bytes` bytes, with
+    /// no time spent yet.
+    fn totals(batches: usize, rows: u64, bytes: u64) -> Totals {
+        Totals {
+            batches,
+            rows,
+            bytes,
+            ..Totals::default()
+        }
+    }
+
+    /// The report of a run of the embedded dataset's nine columns onto
+    /// `device`, validated at the default level.
+    fn report_text(device: &str, totals: Totals, stream: Option<StreamSummary>) -> String {
+        Report {
+            input: "embedded".into(),
+            device: device.into(),
+            validation: "default".into(),
+            columns: 9,
+            totals,
+            note: None,
+            stream,
+        }
+        .to_string()
+    }
+
     #[test]
     fn bandwidth_is_bytes_per_nanosecond() {
         assert_eq!(gb_per_s(2_000_000_000, Duration::from_secs(1)), Some(2.0));
@@ -132,23 +158,9 @@ mod tests {
 
     #[test]
     fn report_lists_counts_and_an_aligned_stage_table() {
-        let mut totals = Totals {
-            batches: 2,
-            rows: 20_000,
-            bytes: 1_048_576,
-            ..Totals::default()
-        };
+        let mut totals = totals(2, 20_000, 1_048_576);
         totals.times.export = Duration::from_millis(2);
-        let report = Report {
-            input: "embedded".into(),
-            device: "cpu (CPU, device_id -1)".into(),
-            validation: "default".into(),
-            columns: 9,
-            totals,
-            note: None,
-            stream: None,
-        };
-        let text = report.to_string();
+        let text = report_text("cpu (CPU, device_id -1)", totals, None);
         assert!(text.contains("rows        20000\n"), "{text}");
         assert!(text.contains("bytes       1048576 (1.0 MiB)\n"), "{text}");
         assert!(
@@ -171,28 +183,15 @@ mod tests {
 
     #[test]
     fn a_stream_report_names_the_relay_and_gives_throughput_and_latency() {
-        let mut totals = Totals {
-            batches: 4,
-            rows: 1_000_000,
-            bytes: 500_000_000,
-            ..Totals::default()
-        };
+        let mut totals = totals(4, 1_000_000, 500_000_000);
         totals.times.handoff = Duration::from_micros(250);
-        let report = Report {
-            input: "embedded".into(),
-            device: "emulated:0 (EXT_DEV, device_id 0)".into(),
-            validation: "default".into(),
-            columns: 9,
-            totals,
-            note: None,
-            stream: Some(StreamSummary {
-                batch_rows: 250_000,
-                wall: Duration::from_millis(500),
-                median_batch: Duration::from_micros(120_500),
-                max_batch: Duration::from_millis(130),
-            }),
+        let stream = StreamSummary {
+            batch_rows: 250_000,
+            wall: Duration::from_millis(500),
+            median_batch: Duration::from_micros(120_500),
+            max_batch: Duration::from_millis(130),
         };
-        let text = report.to_string();
+        let text = report_text("emulated:0 (EXT_DEV, device_id 0)", totals, Some(stream));
         assert!(
             text.contains("mode        stream: one ArrowDeviceArrayStream relayed by C, batches of at most 250000 rows\n"),
             "{text}"

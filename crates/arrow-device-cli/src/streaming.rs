@@ -38,7 +38,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 
 use crate::error::{CliError, Result};
 use crate::input::{Batches, Input};
-use crate::pipeline::{batch_bytes, describe_difference, Totals};
+use crate::pipeline::{copy_to_host, verify, Totals};
 use crate::progress::Progress;
 use crate::relay::{RelayError, RelayedStream};
 
@@ -177,32 +177,15 @@ pub fn run(
             Some(Err(err)) => return Err(stream_error(err, index, &shared)),
         };
 
-        let t = Instant::now();
-        let result = array
-            .to_record_batch()
-            .map_err(|e| CliError::stage("to_host", index, e))?;
-        totals.times.to_host += t.elapsed();
-        drop(array);
-
+        let result = copy_to_host(index, array, totals)?;
         let Some(expected) = lock(&shared).in_flight.pop_front() else {
             return Err(CliError::Mismatch {
                 batch: index,
                 detail: "the stream returned a batch the input never produced".into(),
             });
         };
-        let t = Instant::now();
-        let equal = result == expected;
-        totals.times.verify += t.elapsed();
-        if !equal {
-            return Err(CliError::Mismatch {
-                batch: index,
-                detail: describe_difference(&expected, &result),
-            });
-        }
-
-        totals.batches += 1;
-        totals.rows += expected.num_rows() as u64;
-        totals.bytes += batch_bytes(&expected);
+        verify(index, &expected, &result, totals)?;
+        totals.add_batch(&expected);
         progress.advance(expected.num_rows() as u64);
         latencies.push(batch_start.elapsed());
         index += 1;

@@ -4,44 +4,25 @@
 
 mod common;
 
-use std::fs::File;
-use std::path::PathBuf;
 use std::process::Output;
 
-use arrow_device_cli::dataset::Dataset;
-use common::{arrow_device, dataset_batches, report_value, stderr, stdout, TempPath};
-use parquet::arrow::ArrowWriter;
+use common::{
+    arrow_device, assert_input_verified, assert_stage_rows, assert_succeeded, dataset_batches,
+    golden_streams, ipc_stream_bytes, report_value, stderr, stdout, write_ipc_file, write_parquet,
+    TempPath,
+};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 fn assert_verified(output: &Output, rows: &str, batches: Option<&str>) {
-    let out = stdout(output);
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstdout:\n{out}\nstderr:\n{}",
-        output.status,
-        stderr(output)
-    );
+    let out = assert_succeeded(output);
     assert!(out.contains("\nverified: equal\n"), "{out}");
     assert_eq!(report_value(&out, "rows"), Some(rows), "{out}");
     if let Some(batches) = batches {
         assert_eq!(report_value(&out, "batches"), Some(batches), "{out}");
     }
     assert_eq!(report_value(&out, "columns"), Some("9"), "{out}");
-    for stage in [
-        "read input",
-        "export",
-        "C hand-off",
-        "import",
-        "to_host",
-        "verify",
-        "total",
-    ] {
-        assert!(
-            out.lines().any(|l| l.starts_with(stage)),
-            "no {stage} row in\n{out}"
-        );
-    }
+    assert_stage_rows(&out, "C hand-off");
 }
 
 #[test]
@@ -83,16 +64,7 @@ fn embedded_dataset_in_several_batches_with_full_validation() {
 #[test]
 fn ipc_file_round_trips() {
     let file = TempPath::new("data.arrow");
-    let batches = dataset_batches(5_000, 2_000);
-    let mut writer = arrow_ipc::writer::FileWriter::try_new(
-        File::create(file.path()).unwrap(),
-        &Dataset::schema(),
-    )
-    .unwrap();
-    for batch in &batches {
-        writer.write(batch).unwrap();
-    }
-    writer.finish().unwrap();
+    write_ipc_file(file.path(), &dataset_batches(5_000, 2_000));
 
     for device in ["cpu", "emulated:0"] {
         let output = arrow_device(&[file.arg(), "--device", device, "--no-progress"]);
@@ -108,16 +80,11 @@ fn ipc_file_round_trips() {
 #[test]
 fn ipc_stream_round_trips_and_rows_caps_it() {
     let file = TempPath::new("data.arrows");
-    let batches = dataset_batches(5_000, 2_000);
-    let mut writer = arrow_ipc::writer::StreamWriter::try_new(
-        File::create(file.path()).unwrap(),
-        &Dataset::schema(),
+    std::fs::write(
+        file.path(),
+        ipc_stream_bytes(&dataset_batches(5_000, 2_000)),
     )
     .unwrap();
-    for batch in &batches {
-        writer.write(batch).unwrap();
-    }
-    writer.finish().unwrap();
 
     let output = arrow_device(&[file.arg(), "--no-progress"]);
     assert_verified(&output, "5000", Some("3"));
@@ -144,16 +111,7 @@ fn parquet_file_round_trips() {
         .set_compression(Compression::SNAPPY)
         .set_max_row_group_row_count(Some(3_000))
         .build();
-    let mut writer = ArrowWriter::try_new(
-        File::create(file.path()).unwrap(),
-        Dataset::schema(),
-        Some(props),
-    )
-    .unwrap();
-    for batch in dataset_batches(6_000, 2_500) {
-        writer.write(&batch).unwrap();
-    }
-    writer.close().unwrap();
+    write_parquet(file.path(), &dataset_batches(6_000, 2_500), props);
 
     for device in ["cpu", "emulated:0"] {
         let output = arrow_device(&[file.arg(), "--device", device, "--no-progress"]);
@@ -281,23 +239,11 @@ fn every_validation_level_round_trips_on_a_second_emulated_device() {
     }
 }
 
-/// The Arrow C++ golden streams (`shared/golden` beside the checkout, see its
-/// README) cover every type; each must come back equal from the emulated
-/// device with full validation.
+/// Every Arrow C++ golden stream (they cover every type) comes back equal
+/// from the emulated device with full validation.
 #[test]
 fn golden_streams_round_trip_on_the_emulated_device() {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden"
-    ));
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("golden directory {}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "stream"))
-        .collect();
-    paths.sort();
-    assert_eq!(paths.len(), 32, "golden streams in {}", dir.display());
-    for path in &paths {
+    for path in &golden_streams() {
         let output = arrow_device(&[
             path.to_str().unwrap(),
             "--device",
@@ -306,14 +252,7 @@ fn golden_streams_round_trip_on_the_emulated_device() {
             "full",
             "--no-progress",
         ]);
-        let out = stdout(&output);
-        assert!(
-            output.status.success() && out.contains("\nverified: equal\n"),
-            "{}: exit {:?}\n{out}\n{}",
-            path.display(),
-            output.status,
-            stderr(&output)
-        );
+        let out = assert_input_verified(path, &output);
         assert!(
             report_value(&out, "input")
                 .unwrap()

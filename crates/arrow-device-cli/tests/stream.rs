@@ -4,24 +4,19 @@
 
 mod common;
 
-use std::fs::File;
 use std::process::Output;
 
-use arrow_device_cli::dataset::Dataset;
-use common::{arrow_device, dataset_batches, report_value, stderr, stdout, TempPath};
-use parquet::arrow::ArrowWriter;
+use common::{
+    arrow_device, assert_input_verified, assert_stage_rows, assert_succeeded, dataset_batches,
+    golden_streams, ipc_stream_bytes, report_value, stderr, stdout, write_ipc_file, write_parquet,
+    TempPath,
+};
 use parquet::file::properties::WriterProperties;
 
 /// Checks a successful streamed run: exit 0, verified, the rows and batches
 /// expected, the stream's stage table and summary lines.
 fn assert_streamed(output: &Output, rows: &str, batches: &str) -> String {
-    let out = stdout(output);
-    assert!(
-        output.status.success(),
-        "exit {:?}\nstdout:\n{out}\nstderr:\n{}",
-        output.status,
-        stderr(output)
-    );
+    let out = assert_succeeded(output);
     assert!(out.ends_with("\nverified: equal\n"), "{out}");
     assert_eq!(report_value(&out, "rows"), Some(rows), "{out}");
     assert_eq!(report_value(&out, "batches"), Some(batches), "{out}");
@@ -30,20 +25,7 @@ fn assert_streamed(output: &Output, rows: &str, batches: &str) -> String {
             .is_some_and(|m| m.starts_with("stream: one ArrowDeviceArrayStream relayed by C")),
         "{out}"
     );
-    for stage in [
-        "read input",
-        "export",
-        "C relay",
-        "import",
-        "to_host",
-        "verify",
-        "total",
-    ] {
-        assert!(
-            out.lines().any(|l| l.starts_with(stage)),
-            "no {stage} row in\n{out}"
-        );
-    }
+    assert_stage_rows(&out, "C relay");
     assert!(!out.contains("C hand-off"), "{out}");
     assert!(
         report_value(&out, "throughput").is_some_and(|t| t.contains(" rows/s, ")),
@@ -129,16 +111,8 @@ fn streaming_and_per_array_runs_move_the_same_batches_and_bytes() {
 #[test]
 fn an_ipc_file_streams_with_its_batches_sliced_to_batch_rows() {
     let file = TempPath::new("stream.arrow");
-    let mut writer = arrow_ipc::writer::FileWriter::try_new(
-        File::create(file.path()).unwrap(),
-        &Dataset::schema(),
-    )
-    .unwrap();
     // Two batches of 5,000 and one of 2,000 rows.
-    for batch in dataset_batches(12_000, 5_000) {
-        writer.write(&batch).unwrap();
-    }
-    writer.finish().unwrap();
+    write_ipc_file(file.path(), &dataset_batches(12_000, 5_000));
 
     for device in ["cpu", "emulated:0"] {
         // 5,000 rows are 2,000 + 2,000 + 1,000; the last batch fits whole.
@@ -169,16 +143,7 @@ fn a_parquet_file_streams_in_batches_of_batch_rows() {
     let props = WriterProperties::builder()
         .set_max_row_group_row_count(Some(3_000))
         .build();
-    let mut writer = ArrowWriter::try_new(
-        File::create(file.path()).unwrap(),
-        Dataset::schema(),
-        Some(props),
-    )
-    .unwrap();
-    for batch in dataset_batches(6_000, 2_500) {
-        writer.write(&batch).unwrap();
-    }
-    writer.close().unwrap();
+    write_parquet(file.path(), &dataset_batches(6_000, 2_500), props);
 
     let output = arrow_device(&[
         file.arg(),
@@ -217,14 +182,7 @@ fn an_empty_stream_is_verified() {
 #[test]
 fn a_broken_file_fails_the_stream_with_the_decoder_message() {
     let file = TempPath::new("broken.arrows");
-    let mut bytes = Vec::new();
-    let mut writer =
-        arrow_ipc::writer::StreamWriter::try_new(&mut bytes, &Dataset::schema()).unwrap();
-    for batch in dataset_batches(3_000, 1_000) {
-        writer.write(&batch).unwrap();
-    }
-    writer.finish().unwrap();
-    drop(writer);
+    let bytes = ipc_stream_bytes(&dataset_batches(3_000, 1_000));
     // Cut the stream inside its second batch.
     let cut = bytes.len() / 2;
     std::fs::write(file.path(), &bytes[..cut]).unwrap();
@@ -244,18 +202,7 @@ fn a_broken_file_fails_the_stream_with_the_decoder_message() {
 /// type too.
 #[test]
 fn golden_streams_stream_through_the_relay_in_three_row_batches() {
-    let dir = std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden"
-    ));
-    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("golden directory {}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "stream"))
-        .collect();
-    paths.sort();
-    assert_eq!(paths.len(), 32, "golden streams in {}", dir.display());
-    for path in &paths {
+    for path in &golden_streams() {
         let output = arrow_device(&[
             path.to_str().unwrap(),
             "--stream",
@@ -267,13 +214,6 @@ fn golden_streams_stream_through_the_relay_in_three_row_batches() {
             "full",
             "--no-progress",
         ]);
-        let out = stdout(&output);
-        assert!(
-            output.status.success() && out.ends_with("\nverified: equal\n"),
-            "{}: exit {:?}\n{out}\n{}",
-            path.display(),
-            output.status,
-            stderr(&output)
-        );
+        assert_input_verified(path, &output);
     }
 }

@@ -17,10 +17,14 @@ use arrow_device::stream::{
 };
 use arrow_device::{export_record_batch, DeviceArray, Error, ValidationLevel};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use futures_core::Stream;
 use futures_util::stream::{self, StreamExt};
 
 use common::async_harness::{ConsumerConfig, Event, ManualProducer, TestConsumer};
-use common::{counting, emulated, Counters};
+use common::{
+    assert_consumer_error, assert_mentions, assert_producer_error, counted_device_array, counting,
+    device_array, emulated, expect_producer_error, Counters,
+};
 
 const LEVEL: ValidationLevel = ValidationLevel::Full;
 
@@ -48,11 +52,16 @@ fn batch(i: usize) -> RecordBatch {
     .unwrap()
 }
 
+/// Batches 0 to `n - 1`.
+fn batches(n: usize) -> Vec<RecordBatch> {
+    (0..n).map(batch).collect()
+}
+
 /// A source of `n` batches that counts how many were pulled from it.
 fn counted_source(
     n: usize,
 ) -> (
-    impl futures_core::Stream<Item = Result<RecordBatch, ArrowError>> + Send + 'static,
+    impl Stream<Item = Result<RecordBatch, ArrowError>> + Send + 'static,
     Arc<AtomicUsize>,
 ) {
     let pulls = Arc::new(AtomicUsize::new(0));
@@ -64,8 +73,28 @@ fn counted_source(
     (source, pulls)
 }
 
+/// A producer of `source`'s record batches of [`schema`] on the CPU.
+fn producer_from(
+    source: impl Stream<Item = Result<RecordBatch, ArrowError>> + Send + 'static,
+) -> AsyncDeviceStreamProducer {
+    AsyncDeviceStreamProducer::from_record_batches(schema(), source).unwrap()
+}
+
 fn producer_of(n: usize) -> AsyncDeviceStreamProducer {
-    AsyncDeviceStreamProducer::from_record_batches(schema(), counted_source(n).0).unwrap()
+    producer_from(counted_source(n).0)
+}
+
+/// A producer of `n` CPU device arrays (batches 0 to `n - 1`) whose root
+/// structs count their releases.
+fn counted_producer(n: usize) -> (AsyncDeviceStreamProducer, Vec<Arc<Counters>>) {
+    let (arrays, counters): (Vec<_>, Vec<_>) = (0..n).map(counted_array).unzip();
+    let producer = AsyncDeviceStreamProducer::from_device_arrays(
+        struct_field(),
+        DeviceType::CPU,
+        stream::iter(arrays.into_iter().map(Ok)),
+    )
+    .unwrap();
+    (producer, counters)
 }
 
 /// Runs `producer` into a fresh consumer stream on the runtime.
@@ -88,6 +117,22 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
         .unwrap_or_else(|_| panic!("{what} did not finish"))
 }
 
+/// What the spawned driver of [`connect`] resolved to.
+async fn driver_result(
+    driver: tokio::task::JoinHandle<arrow_device::Result<()>>,
+) -> arrow_device::Result<()> {
+    within("driver", driver).await.unwrap()
+}
+
+/// Runs `producer` into `consumer`'s handler to the end.
+async fn run_into(
+    producer: AsyncDeviceStreamProducer,
+    consumer: &TestConsumer,
+) -> arrow_device::Result<()> {
+    // SAFETY: a live handler, kept alive by `consumer` until after release.
+    within("driver", unsafe { producer.run(consumer.handler()) }).await
+}
+
 async fn collect_batches(stream: &mut AsyncDeviceStream) -> Vec<RecordBatch> {
     let mut batches = Vec::new();
     while let Some(array) = within("stream", stream.next()).await {
@@ -96,13 +141,35 @@ async fn collect_batches(stream: &mut AsyncDeviceStream) -> Vec<RecordBatch> {
     batches
 }
 
+/// The stream's next item, which must be an error.
+async fn next_error(stream: &mut AsyncDeviceStream) -> Error {
+    within("error", stream.next()).await.unwrap().unwrap_err()
+}
+
 /// A DeviceArray of batch `i` whose root struct's releases are counted.
 fn counted_array(i: usize) -> (DeviceArray, Arc<Counters>) {
-    let (array, schema) = export_record_batch(&batch(i)).unwrap();
-    let (array, schema, counters) = counting(array, schema);
-    // SAFETY: the structs come from this crate's exporter.
-    let imported = unsafe { DeviceArray::try_new(array, schema, LEVEL) }.unwrap();
-    (imported, counters)
+    counted_device_array(&batch(i), LEVEL)
+}
+
+/// Asserts that `array`, extracted from our producer's task `i`, holds
+/// batch `i`.
+fn assert_extracted_batch(array: ArrowDeviceArray, i: usize) {
+    let (_, c_schema) = export_record_batch(&batch(i)).unwrap();
+    // SAFETY: extracted from our producer's task, of batch(i)'s schema.
+    let imported = unsafe { DeviceArray::try_new(array, c_schema, LEVEL) }.unwrap();
+    assert_eq!(imported.to_record_batch().unwrap(), batch(i));
+}
+
+/// A [`ManualProducer`] of `device_type` into a fresh consumer stream of
+/// `queue_size`, with [`schema`] sent and accepted.
+fn manual_producer(
+    queue_size: usize,
+    device_type: DeviceType,
+) -> (ManualProducer, AsyncDeviceStream) {
+    let (handler, stream) = async_device_stream(queue_size, LEVEL);
+    let producer = ManualProducer::new(handler.into_raw(), device_type, None);
+    assert_eq!(producer.send_schema(&schema(), true), 0);
+    (producer, stream)
 }
 
 fn struct_field() -> Field {
@@ -125,16 +192,14 @@ async fn empty_stream_delivers_the_schema_then_ends() {
     assert_eq!(stream.additional_metadata(), Some(HashMap::new()));
     assert!(within("end", stream.next()).await.is_none());
     assert!(stream.next().await.is_none(), "the stream stays ended");
-    within("driver", driver).await.unwrap().unwrap();
+    driver_result(driver).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_cpu_batches_round_trip_in_order() {
     let (driver, mut stream) = connect(producer_of(50), 3);
-    let batches = collect_batches(&mut stream).await;
-    let expected: Vec<_> = (0..50).map(batch).collect();
-    assert_eq!(batches, expected);
-    within("driver", driver).await.unwrap().unwrap();
+    assert_eq!(collect_batches(&mut stream).await, batches(50));
+    driver_result(driver).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -148,16 +213,16 @@ async fn batches_copied_to_the_emulated_device_round_trip() {
     .unwrap();
     assert_eq!(producer.device_type(), DeviceType::EXT_DEV);
     let (driver, mut stream) = connect(producer, 2);
-    let mut batches = Vec::new();
+    let mut received = Vec::new();
     while let Some(array) = within("stream", stream.next()).await {
         let array = array.unwrap();
         assert_eq!(array.device_type(), DeviceType::EXT_DEV);
         assert_eq!(array.device_id(), device.device_id());
-        batches.push(array.to_record_batch().unwrap());
+        received.push(array.to_record_batch().unwrap());
     }
     assert_eq!(stream.device_type(), Some(DeviceType::EXT_DEV));
-    assert_eq!(batches, (0..6).map(batch).collect::<Vec<_>>());
-    within("driver", driver).await.unwrap().unwrap();
+    assert_eq!(received, batches(6));
+    driver_result(driver).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -174,25 +239,19 @@ async fn additional_metadata_round_trips() {
     within("schema", stream.wait_schema()).await.unwrap();
     assert_eq!(stream.additional_metadata(), Some(metadata));
     assert_eq!(collect_batches(&mut stream).await.len(), 4);
-    within("driver", driver).await.unwrap().unwrap();
+    driver_result(driver).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn device_arrays_are_sent_zero_copy_and_released_once() {
-    let (arrays, counters): (Vec<_>, Vec<_>) = (0..5).map(counted_array).unzip();
-    let producer = AsyncDeviceStreamProducer::from_device_arrays(
-        struct_field(),
-        DeviceType::CPU,
-        stream::iter(arrays.into_iter().map(Ok)),
-    )
-    .unwrap();
+    let (producer, counters) = counted_producer(5);
     let (driver, mut stream) = connect(producer, 2);
-    let batches = collect_batches(&mut stream).await;
-    assert_eq!(batches, (0..5).map(batch).collect::<Vec<_>>());
-    within("driver", driver).await.unwrap().unwrap();
+    let received = collect_batches(&mut stream).await;
+    assert_eq!(received, batches(5));
+    driver_result(driver).await.unwrap();
     // The batches share the exported memory (zero-copy all the way).
     assert_eq!(counters[0].array_releases(), 0);
-    drop((stream, batches));
+    drop((stream, received));
     for (i, c) in counters.iter().enumerate() {
         assert_eq!(c.array_releases(), 1, "array {i} released once");
     }
@@ -201,12 +260,7 @@ async fn device_arrays_are_sent_zero_copy_and_released_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn device_array_of_another_type_or_device_is_an_einval_naming_the_batch() {
     let (good, _) = counted_array(0);
-    let wrong_type = {
-        let ints = Int32Array::from(vec![1, 2]);
-        let (array, schema) = arrow_device::export_array(&ints).unwrap();
-        // SAFETY: from this crate's exporter.
-        unsafe { DeviceArray::try_new(array, schema, LEVEL) }.unwrap()
-    };
+    let wrong_type = device_array(&Int32Array::from(vec![1, 2]), LEVEL);
     let producer = AsyncDeviceStreamProducer::from_device_arrays(
         struct_field(),
         DeviceType::CPU,
@@ -215,18 +269,14 @@ async fn device_array_of_another_type_or_device_is_an_einval_naming_the_batch() 
     .unwrap();
     let (driver, mut stream) = connect(producer, 4);
     assert!(within("first", stream.next()).await.unwrap().is_ok());
-    let err = within("error", stream.next()).await.unwrap().unwrap_err();
-    let Error::Producer { code, message } = &err else {
-        panic!("expected a producer error, found {err}");
-    };
-    assert_eq!(*code, libc::EINVAL);
-    assert!(
-        message.contains("batch 1 has data type Int32, expected the stream's Struct("),
-        "{message}"
+    assert_producer_error(
+        &next_error(&mut stream).await,
+        libc::EINVAL,
+        "batch 1 has data type Int32, expected the stream's Struct(",
     );
     assert!(stream.next().await.is_none());
-    let driver_err = within("driver", driver).await.unwrap().unwrap_err();
-    assert!(driver_err.to_string().contains("batch 1"), "{driver_err}");
+    let driver_err = driver_result(driver).await.unwrap_err();
+    assert_mentions(&driver_err, "batch 1");
 
     // The same with the device type: a CPU array in an EXT_DEV stream.
     let (good, _) = counted_array(0);
@@ -237,13 +287,12 @@ async fn device_array_of_another_type_or_device_is_an_einval_naming_the_batch() 
     )
     .unwrap();
     let (driver, mut stream) = connect(producer, 4);
-    let err = within("error", stream.next()).await.unwrap().unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("batch 0 is on device type CPU, expected the stream's EXT_DEV"),
-        "{err}"
+    let err = next_error(&mut stream).await;
+    assert_mentions(
+        &err,
+        "batch 0 is on device type CPU, expected the stream's EXT_DEV",
     );
-    within("driver", driver).await.unwrap().unwrap_err();
+    driver_result(driver).await.unwrap_err();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -255,8 +304,7 @@ async fn source_error_after_three_batches_reaches_the_consumer_with_its_text() {
             Ok(batch(i))
         }
     }));
-    let producer = AsyncDeviceStreamProducer::from_record_batches(schema(), source).unwrap();
-    let (driver, mut stream) = connect(producer, 8);
+    let (driver, mut stream) = connect(producer_from(source), 8);
     let mut received = Vec::new();
     let err = loop {
         match within("stream", stream.next()).await {
@@ -265,24 +313,17 @@ async fn source_error_after_three_batches_reaches_the_consumer_with_its_text() {
             None => panic!("the stream ended without the error"),
         }
     };
-    assert_eq!(received, (0..3).map(batch).collect::<Vec<_>>());
-    match &err {
-        Error::Producer { code, message } => {
-            assert_eq!(*code, libc::EINVAL);
-            assert!(message.contains("disk on fire"), "{message}");
-        }
-        other => panic!("expected Error::Producer, found {other}"),
-    }
+    assert_eq!(received, batches(3));
+    assert_producer_error(&err, libc::EINVAL, "disk on fire");
     assert!(stream.next().await.is_none(), "fused after the error");
-    let driver_err = within("driver", driver).await.unwrap().unwrap_err();
-    assert!(driver_err.to_string().contains("disk on fire"));
+    let driver_err = driver_result(driver).await.unwrap_err();
+    assert_mentions(&driver_err, "disk on fire");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn import_back_pressure_keeps_pulls_within_consumed_plus_queue_size() {
     let (source, pulls) = counted_source(20);
-    let producer = AsyncDeviceStreamProducer::from_record_batches(schema(), source).unwrap();
-    let (driver, mut stream) = connect(producer, 2);
+    let (driver, mut stream) = connect(producer_from(source), 2);
     let mut consumed = 0;
     let mut max_ahead = 0;
     while let Some(array) = within("stream", stream.next()).await {
@@ -299,25 +340,19 @@ async fn import_back_pressure_keeps_pulls_within_consumed_plus_queue_size() {
     }
     assert_eq!(consumed, 20);
     assert_eq!(max_ahead, 2, "the producer used the credit it had");
-    within("driver", driver).await.unwrap().unwrap();
+    driver_result(driver).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropping_the_stream_mid_way_cancels_the_producer_and_frees_every_array() {
-    let (arrays, counters): (Vec<_>, Vec<_>) = (0..10).map(counted_array).unzip();
-    let producer = AsyncDeviceStreamProducer::from_device_arrays(
-        struct_field(),
-        DeviceType::CPU,
-        stream::iter(arrays.into_iter().map(Ok)),
-    )
-    .unwrap();
+    let (producer, counters) = counted_producer(10);
     let (driver, mut stream) = connect(producer, 3);
     let first = within("first", stream.next()).await.unwrap().unwrap();
     // Let the producer fill the queue, then walk away.
     tokio::time::sleep(Duration::from_millis(20)).await;
     drop(stream);
     // Cancelled, not failed: the driver resolves Ok.
-    within("driver", driver).await.unwrap().unwrap();
+    driver_result(driver).await.unwrap();
     assert_eq!(counters[0].array_releases(), 0, "still held by `first`");
     drop(first);
     for (i, c) in counters.iter().enumerate() {
@@ -331,11 +366,7 @@ async fn dropping_the_driver_ends_the_stream_with_ecanceled_and_releases_once() 
     let (handler, mut stream) = async_device_stream(2, LEVEL);
     // SAFETY: the handler comes from `async_device_stream`.
     drop(unsafe { producer_of(3).run(handler.into_raw()) });
-    let err = within("error", stream.next()).await.unwrap().unwrap_err();
-    assert!(
-        matches!(&err, Error::Producer { code, .. } if *code == libc::ECANCELED),
-        "{err}"
-    );
+    expect_producer_error(&next_error(&mut stream).await, libc::ECANCELED);
     assert!(stream.next().await.is_none());
 
     // Mid-stream: the consumer holds back credit, the task is aborted.
@@ -363,11 +394,8 @@ async fn dropping_the_driver_ends_the_stream_with_ecanceled_and_releases_once() 
 async fn unhanded_handler_ends_the_stream_with_an_error() {
     let (handler, mut stream) = async_device_stream(2, LEVEL);
     drop(handler);
-    let err = within("error", stream.next()).await.unwrap().unwrap_err();
-    assert!(
-        err.to_string().contains("dropped without being handed"),
-        "{err}"
-    );
+    let err = next_error(&mut stream).await;
+    assert_mentions(&err, "dropped without being handed");
     assert!(stream.next().await.is_none());
 }
 
@@ -378,7 +406,7 @@ async fn unhanded_handler_ends_the_stream_with_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn producer_never_sends_or_pulls_beyond_the_granted_credit() {
     let (source, pulls) = counted_source(10);
-    let producer = AsyncDeviceStreamProducer::from_record_batches(schema(), source).unwrap();
+    let producer = producer_from(source);
     let consumer = TestConsumer::new(ConsumerConfig::default());
     let rec = consumer.recorder.clone();
     // SAFETY: a live handler, kept alive until after release.
@@ -405,7 +433,7 @@ async fn producer_never_sends_or_pulls_beyond_the_granted_credit() {
     rec.request(i64::MAX);
     rec.wait_until("release", |e| e.contains(&Event::Release))
         .await;
-    within("driver", driver).await.unwrap().unwrap();
+    driver_result(driver).await.unwrap();
     let events = rec.events();
     assert_eq!(events.len(), 1 + 10 + 2, "{events:?}");
     assert_eq!(events[11..], [Event::End, Event::Release]);
@@ -413,10 +441,7 @@ async fn producer_never_sends_or_pulls_beyond_the_granted_credit() {
     let arrays = std::mem::take(&mut *rec.arrays.lock().unwrap());
     assert_eq!(arrays.len(), 10);
     for (i, array) in arrays.into_iter().enumerate() {
-        let (_, c_schema) = export_record_batch(&batch(i)).unwrap();
-        // SAFETY: extracted from our producer's tasks.
-        let imported = unsafe { DeviceArray::try_new(array, c_schema, LEVEL) }.unwrap();
-        assert_eq!(imported.to_record_batch().unwrap(), batch(i));
+        assert_extracted_batch(array, i);
     }
 }
 
@@ -428,10 +453,7 @@ async fn request_from_inside_callbacks_never_reenters_the_handler() {
         ..Default::default()
     });
     let rec = consumer.recorder.clone();
-    // SAFETY: a live handler, kept alive until after release.
-    within("driver", unsafe { producer_of(8).run(consumer.handler()) })
-        .await
-        .unwrap();
+    run_into(producer_of(8), &consumer).await.unwrap();
     assert_eq!(rec.tasks(), 8);
     assert_eq!(rec.releases(), 1);
     assert_eq!(rec.violations(), Vec::<String>::new());
@@ -446,9 +468,7 @@ async fn request_of_zero_or_less_is_reported_with_einval_then_released() {
             ..Default::default()
         });
         let rec = consumer.recorder.clone();
-        // SAFETY: a live handler, kept alive until after release.
-        let result = within("driver", unsafe { producer_of(3).run(consumer.handler()) }).await;
-        let err = result.unwrap_err();
+        let err = run_into(producer_of(3), &consumer).await.unwrap_err();
         assert_eq!(err.errno(), libc::EINVAL);
         let events = rec.events();
         let expected = format!("called with n = {n}, expected n > 0");
@@ -464,7 +484,7 @@ async fn request_of_zero_or_less_is_reported_with_einval_then_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_releases_without_on_error_and_later_calls_are_nops() {
     let endless = stream::iter(0..).map(|i| Ok(batch(i)));
-    let producer = AsyncDeviceStreamProducer::from_record_batches(schema(), endless).unwrap();
+    let producer = producer_from(endless);
     let consumer = TestConsumer::new(ConsumerConfig {
         initial_request: Some(2),
         ..Default::default()
@@ -488,7 +508,7 @@ async fn cancel_releases_without_on_error_and_later_calls_are_nops() {
     for c in cancellers {
         c.join().unwrap();
     }
-    within("driver", driver).await.unwrap().unwrap();
+    driver_result(driver).await.unwrap();
     let events = rec.events();
     assert_eq!(
         events,
@@ -510,10 +530,7 @@ async fn cancel_from_inside_on_next_task_stops_the_stream() {
         ..Default::default()
     });
     let rec = consumer.recorder.clone();
-    // SAFETY: a live handler, kept alive until after release.
-    within("driver", unsafe { producer_of(50).run(consumer.handler()) })
-        .await
-        .unwrap();
+    run_into(producer_of(50), &consumer).await.unwrap();
     assert_eq!(rec.tasks(), 3);
     assert_eq!(rec.events().last(), Some(&Event::Release));
     assert!(!rec.events().iter().any(|e| matches!(e, Event::Error(..))));
@@ -526,14 +543,8 @@ async fn consumer_refusing_the_schema_or_a_task_gets_release_only() {
         ..Default::default()
     });
     let rec = consumer.recorder.clone();
-    // SAFETY: a live handler, kept alive until after release.
-    let err = within("driver", unsafe { producer_of(3).run(consumer.handler()) })
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, Error::Consumer { code, message } if *code == libc::EPERM && message.contains("on_schema")),
-        "{err}"
-    );
+    let err = run_into(producer_of(3), &consumer).await.unwrap_err();
+    assert_consumer_error(&err, libc::EPERM, "on_schema");
     assert_eq!(rec.events(), [Event::Schema("+s".into()), Event::Release]);
 
     let consumer = TestConsumer::new(ConsumerConfig {
@@ -542,22 +553,9 @@ async fn consumer_refusing_the_schema_or_a_task_gets_release_only() {
         ..Default::default()
     });
     let rec = consumer.recorder.clone();
-    let (arrays, counters): (Vec<_>, Vec<_>) = (0..5).map(counted_array).unzip();
-    let producer = AsyncDeviceStreamProducer::from_device_arrays(
-        struct_field(),
-        DeviceType::CPU,
-        stream::iter(arrays.into_iter().map(Ok)),
-    )
-    .unwrap();
-    // SAFETY: a live handler, kept alive until after release.
-    let err = within("driver", unsafe { producer.run(consumer.handler()) })
-        .await
-        .unwrap_err();
-
-    assert!(
-        matches!(&err, Error::Consumer { code, message } if *code == libc::EPERM && message.contains("on_next_task (batch 1)")),
-        "{err}"
-    );
+    let (producer, counters) = counted_producer(5);
+    let err = run_into(producer, &consumer).await.unwrap_err();
+    assert_consumer_error(&err, libc::EPERM, "on_next_task (batch 1)");
     assert_eq!(
         rec.events(),
         [
@@ -584,16 +582,13 @@ async fn null_handler_or_missing_callbacks_are_errors_without_ub() {
     })
     .await
     .unwrap_err();
-    assert!(err.to_string().contains("NULL"), "{err}");
+    assert_mentions(&err, "NULL");
 
     let consumer = TestConsumer::new(ConsumerConfig::default());
     // SAFETY: our consumer's live handler.
     unsafe { (*consumer.handler()).on_error = None };
-    // SAFETY: a live handler, kept alive until after release.
-    let err = within("driver", unsafe { producer_of(1).run(consumer.handler()) })
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("on_error"), "{err}");
+    let err = run_into(producer_of(1), &consumer).await.unwrap_err();
+    assert_mentions(&err, "on_error");
     assert_eq!(consumer.recorder.events(), [Event::Release]);
 }
 
@@ -605,10 +600,7 @@ async fn extract_data_moves_once_and_refuses_null_or_repeated_calls() {
         ..Default::default()
     });
     let rec = consumer.recorder.clone();
-    // SAFETY: a live handler, kept alive until after release.
-    within("driver", unsafe { producer_of(3).run(consumer.handler()) })
-        .await
-        .unwrap();
+    run_into(producer_of(3), &consumer).await.unwrap();
     let mut tasks = std::mem::take(&mut *rec.kept_tasks.lock().unwrap());
     assert_eq!(tasks.len(), 3);
     let extract = tasks[0].extract_data.unwrap();
@@ -631,10 +623,7 @@ async fn extract_data_moves_once_and_refuses_null_or_repeated_calls() {
         // SAFETY: copied tasks, not extracted yet.
         assert_eq!(unsafe { extract(task, std::ptr::null_mut()) }, 0);
     }
-    let (_, c_schema) = export_record_batch(&batch(0)).unwrap();
-    // SAFETY: extracted from our producer's task.
-    let imported = unsafe { DeviceArray::try_new(out, c_schema, LEVEL) }.unwrap();
-    assert_eq!(imported.to_record_batch().unwrap(), batch(0));
+    assert_extracted_batch(out, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -643,15 +632,14 @@ async fn source_panic_becomes_on_error_eio() {
         assert!(i < 1, "source exploded at {i}");
         Ok(batch(i))
     });
-    let producer = AsyncDeviceStreamProducer::from_record_batches(schema(), source).unwrap();
-    let (driver, mut stream) = connect(producer, 4);
+    let (driver, mut stream) = connect(producer_from(source), 4);
     assert!(within("first", stream.next()).await.unwrap().is_ok());
-    let err = within("error", stream.next()).await.unwrap().unwrap_err();
-    assert!(
-        matches!(&err, Error::Producer { code, message } if *code == libc::EIO && message.contains("source exploded at 1")),
-        "{err}"
+    assert_producer_error(
+        &next_error(&mut stream).await,
+        libc::EIO,
+        "source exploded at 1",
     );
-    within("driver", driver).await.unwrap().unwrap_err();
+    driver_result(driver).await.unwrap_err();
 }
 
 // ---------------------------------------------------------------------------
@@ -685,9 +673,7 @@ async fn consumer_grants_queue_size_then_one_credit_per_consumed_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropping_the_stream_cancels_once_and_extracts_every_task_exactly_once() {
-    let (handler, mut stream) = async_device_stream(4, LEVEL);
-    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
-    assert_eq!(producer.send_schema(&schema(), true), 0);
+    let (mut producer, mut stream) = manual_producer(4, DeviceType::CPU);
     let mut counters = Vec::new();
     for i in 0..3 {
         let (array, c_schema) = export_record_batch(&batch(i)).unwrap();
@@ -723,9 +709,7 @@ async fn dropping_the_stream_cancels_once_and_extracts_every_task_exactly_once()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn producer_error_is_yielded_after_the_queued_batches_with_its_metadata() {
-    let (handler, mut stream) = async_device_stream(4, LEVEL);
-    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
-    assert_eq!(producer.send_schema(&schema(), true), 0);
+    let (mut producer, mut stream) = manual_producer(4, DeviceType::CPU);
     assert_eq!(producer.send_batch(&batch(0), DeviceType::CPU), 0);
     assert_eq!(producer.send_batch(&batch(1), DeviceType::CPU), 0);
     producer.send_error(libc::EIO, "network down", &[("retry", "yes")]);
@@ -734,11 +718,8 @@ async fn producer_error_is_yielded_after_the_queued_batches_with_its_metadata() 
         let array = stream.next().await.unwrap().unwrap();
         assert_eq!(array.to_record_batch().unwrap(), batch(i));
     }
-    let err = stream.next().await.unwrap().unwrap_err();
-    assert!(
-        matches!(&err, Error::Producer { code, message } if *code == libc::EIO && message == "network down"),
-        "{err}"
-    );
+    let err = next_error(&mut stream).await;
+    assert_eq!(expect_producer_error(&err, libc::EIO), "network down");
     assert_eq!(stream.error_metadata().unwrap()["retry"], "yes");
     assert!(stream.next().await.is_none());
     assert!(stream.next().await.is_none());
@@ -746,18 +727,12 @@ async fn producer_error_is_yielded_after_the_queued_batches_with_its_metadata() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn release_before_the_end_marker_is_an_error() {
-    let (handler, mut stream) = async_device_stream(2, LEVEL);
-    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
-    assert_eq!(producer.send_schema(&schema(), true), 0);
+    let (mut producer, mut stream) = manual_producer(2, DeviceType::CPU);
     assert_eq!(producer.send_batch(&batch(0), DeviceType::CPU), 0);
     producer.release();
     assert!(stream.next().await.unwrap().is_ok());
-    let err = stream.next().await.unwrap().unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("released the handler before the end of the stream"),
-        "{err}"
-    );
+    let err = next_error(&mut stream).await;
+    assert_mentions(&err, "released the handler before the end of the stream");
     assert!(stream.next().await.is_none());
 }
 
@@ -769,16 +744,11 @@ async fn protocol_violations_are_refused_and_reported() {
     assert_eq!(producer.send_schema(&schema(), false), libc::EINVAL);
     producer.release();
     let err = stream.wait_schema().await.unwrap_err();
-    assert!(
-        err.to_string().contains("handler->producer is NULL"),
-        "{err}"
-    );
+    assert_mentions(&err, "handler->producer is NULL");
     assert!(stream.next().await.is_none());
 
     // A task beyond the credit granted.
-    let (handler, mut stream) = async_device_stream(1, LEVEL);
-    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
-    assert_eq!(producer.send_schema(&schema(), true), 0);
+    let (mut producer, mut stream) = manual_producer(1, DeviceType::CPU);
     assert_eq!(producer.send_batch(&batch(0), DeviceType::CPU), 0);
     assert_eq!(
         producer.send_batch(&batch(1), DeviceType::CPU),
@@ -787,23 +757,16 @@ async fn protocol_violations_are_refused_and_reported() {
     producer.release();
     assert_eq!(producer.log.extract_null.load(Ordering::SeqCst), 1);
     assert!(stream.next().await.unwrap().is_ok());
-    let err = stream.next().await.unwrap().unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("task 1 exceeds the credit granted (queue_size 1)"),
-        "{err}"
-    );
+    let err = next_error(&mut stream).await;
+    assert_mentions(&err, "task 1 exceeds the credit granted (queue_size 1)");
 
     // An array on another device type than the producer's.
-    let (handler, mut stream) = async_device_stream(2, LEVEL);
-    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CUDA, None);
-    assert_eq!(producer.send_schema(&schema(), true), 0);
+    let (mut producer, mut stream) = manual_producer(2, DeviceType::CUDA);
     assert_eq!(producer.send_batch(&batch(0), DeviceType::CPU), 0);
-    let err = stream.next().await.unwrap().unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("batch 0 is on device type CPU, expected the producer's CUDA"),
-        "{err}"
+    let err = next_error(&mut stream).await;
+    assert_mentions(
+        &err,
+        "batch 0 is on device type CPU, expected the producer's CUDA",
     );
     // The stream's own error cancels the producer.
     assert_eq!(producer.log.cancels.load(Ordering::SeqCst), 1);
@@ -815,12 +778,11 @@ async fn protocol_violations_are_refused_and_reported() {
 async fn producer_calling_back_from_inside_request_does_not_deadlock() {
     let (handler, mut stream) = async_device_stream(2, LEVEL);
     let producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
-    producer.make_eager((0..5).map(batch).collect());
+    producer.make_eager(batches(5));
     // on_schema's request(2) sends two tasks synchronously; each request(1)
     // from poll_next sends one more, and the last one ends and releases.
     assert_eq!(producer.send_schema(&schema(), true), 0);
-    let batches = collect_batches(&mut stream).await;
-    assert_eq!(batches, (0..5).map(batch).collect::<Vec<_>>());
+    assert_eq!(collect_batches(&mut stream).await, batches(5));
     drop(stream);
     let log = &producer.log;
     assert_eq!(log.extract_calls.load(Ordering::SeqCst), 5);

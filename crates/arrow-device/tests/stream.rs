@@ -16,13 +16,17 @@ use arrow_array::{
     StringArray,
 };
 use arrow_device::abi::{raw, ArrowDeviceArray, ArrowDeviceArrayStream, FFI_ArrowSchema};
+use arrow_device::device::DeviceRef;
 use arrow_device::stream::{
     device_stream_from_ffi, export_device_arrays, export_reader, export_reader_to,
     ffi_stream_from_device, DeviceStreamReader,
 };
-use arrow_device::{export_array, DeviceArray, DeviceType, Error, ValidationLevel};
+use arrow_device::{DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
-use common::{all_types, batch_with_metadata, counting, emulated, Counters};
+use common::{
+    all_types, assert_mentions, assert_producer_error, batch_with_metadata, counted_device_array,
+    device_array, emulated, Counters,
+};
 
 fn ints_and_strings(start: i64, len: usize) -> RecordBatch {
     let ids: Int64Array = (start..start + len as i64).collect();
@@ -46,9 +50,46 @@ fn reader_of(batches: Vec<RecordBatch>, schema: SchemaRef) -> impl RecordBatchRe
     RecordBatchIterator::new(batches.into_iter().map(Ok), schema)
 }
 
+/// A reader of `input`, declaring the first batch's schema.
+fn input_reader(input: &[RecordBatch]) -> impl RecordBatchReader + Send {
+    reader_of(input.to_vec(), input[0].schema())
+}
+
+/// `reader` exported as a stream: zero-copy on the CPU when `device` is
+/// `None`, else copied onto `device` batch by batch.
+fn export_on(
+    reader: impl RecordBatchReader + Send + 'static,
+    device: Option<&DeviceRef>,
+) -> ArrowDeviceArrayStream {
+    match device {
+        None => export_reader(reader),
+        Some(device) => export_reader_to(reader, device.clone()),
+    }
+    .unwrap()
+}
+
+/// `input` exported as a stream, as [`export_on`] does.
+fn export_batches(input: &[RecordBatch], device: Option<&DeviceRef>) -> ArrowDeviceArrayStream {
+    export_on(input_reader(input), device)
+}
+
+/// The struct field of a stream of `schema`'s record batches.
+fn struct_field(schema: &Schema) -> Field {
+    Field::new("", DataType::Struct(schema.fields().clone()), false)
+}
+
 fn import(stream: ArrowDeviceArrayStream) -> DeviceStreamReader {
     // SAFETY: streams in these tests come from this crate's exporters.
     unsafe { DeviceStreamReader::try_new(stream, ValidationLevel::Full) }.unwrap()
+}
+
+/// Every batch of a CPU stream, read through arrow-rs' `RecordBatchReader`.
+fn read_record_batches(reader: DeviceStreamReader) -> Vec<RecordBatch> {
+    reader
+        .into_record_batch_reader()
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
 }
 
 fn read_all(stream: ArrowDeviceArrayStream) -> Vec<RecordBatch> {
@@ -57,6 +98,20 @@ fn read_all(stream: ArrowDeviceArrayStream) -> Vec<RecordBatch> {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+}
+
+/// The message `get_last_error` gives for the stream's last failed call.
+///
+/// # Safety
+/// `stream` is a live stream of this crate's exporter whose last call failed.
+unsafe fn last_error(stream: &mut ArrowDeviceArrayStream) -> String {
+    let get_last_error = stream.get_last_error.unwrap();
+    // SAFETY: per the contract, the callback is the exporter's own and it
+    // returns a NUL-terminated message valid until the next call.
+    unsafe { CStr::from_ptr(get_last_error(stream)) }
+        .to_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// Counts calls of a stream's release callback, forwarding every callback
@@ -144,16 +199,11 @@ unsafe extern "C" fn release_counted_stream(stream: *mut ArrowDeviceArrayStream)
 #[test]
 fn many_batches_round_trip_on_the_cpu() {
     let input = batches(50, 100);
-    let stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let stream = export_batches(&input, None);
     assert_eq!(stream.device_type, DeviceType::CPU);
     let reader = import(stream);
     assert_eq!(reader.schema(), Some(input[0].schema()));
-    let output: Vec<_> = reader
-        .into_record_batch_reader()
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(output, input);
+    assert_eq!(read_record_batches(reader), input);
 }
 
 #[test]
@@ -172,12 +222,7 @@ fn every_type_and_the_schema_metadata_round_trip_on_the_cpu_and_the_emulated_dev
             batch_slices_end(&batch),
         ];
         for device in [None, Some(emulated(3))] {
-            let reader = reader_of(input.clone(), schema.clone());
-            let stream = match &device {
-                None => export_reader(reader),
-                Some(device) => export_reader_to(reader, device.clone()),
-            }
-            .unwrap();
+            let stream = export_on(reader_of(input.clone(), schema.clone()), device.as_ref());
             let output = read_all(stream);
             assert_eq!(output.len(), input.len(), "{name} on {device:?}");
             for (found, expected) in output.iter().zip(&input) {
@@ -187,11 +232,7 @@ fn every_type_and_the_schema_metadata_round_trip_on_the_cpu_and_the_emulated_dev
     }
 
     let with_metadata = batch_with_metadata();
-    let stream = export_reader_to(
-        reader_of(vec![with_metadata.clone()], with_metadata.schema()),
-        emulated(3),
-    )
-    .unwrap();
+    let stream = export_batches(std::slice::from_ref(&with_metadata), Some(&emulated(3)));
     let reader = import(stream);
     assert_eq!(reader.schema(), Some(with_metadata.schema()));
     let output = reader.into_host_reader().unwrap().next().unwrap().unwrap();
@@ -206,15 +247,14 @@ fn batch_slices_end(batch: &RecordBatch) -> RecordBatch {
 fn device_batches_arrive_on_the_device_with_their_own_event() {
     let device = emulated(4);
     let input = batches(5, 1000);
-    let stream = export_reader_to(reader_of(input.clone(), input[0].schema()), device).unwrap();
+    let stream = export_batches(&input, Some(&device));
     assert_eq!(stream.device_type, DeviceType::EXT_DEV);
     let mut reader = import(stream);
     assert!(matches!(
         reader.into_record_batch_reader(),
         Err(Error::NotSupported(message)) if message.contains("into_host_reader")
     ));
-    reader =
-        import(export_reader_to(reader_of(input.clone(), input[0].schema()), emulated(4)).unwrap());
+    reader = import(export_batches(&input, Some(&device)));
     let mut events = Vec::new();
     let mut alive = Vec::new();
     for (expected, array) in input.iter().zip(&mut reader) {
@@ -238,12 +278,7 @@ fn device_batches_arrive_on_the_device_with_their_own_event() {
 fn a_stream_without_batches_has_a_schema_and_ends_at_once() {
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Utf8, true)]));
     for device in [None, Some(emulated(5))] {
-        let reader = reader_of(vec![], schema.clone());
-        let stream = match &device {
-            None => export_reader(reader),
-            Some(device) => export_reader_to(reader, device.clone()),
-        }
-        .unwrap();
+        let stream = export_on(reader_of(vec![], schema.clone()), device.as_ref());
         let mut imported = import(stream);
         assert_eq!(imported.schema(), Some(schema.clone()));
         assert!(imported.next().is_none());
@@ -256,13 +291,7 @@ fn zero_row_batches_and_a_zero_column_schema_stream_through() {
     let empty_rows = ints_and_strings(0, 0);
     let input = vec![empty_rows.clone(), ints_and_strings(0, 3), empty_rows];
     for device in [None, Some(emulated(5))] {
-        let reader = reader_of(input.clone(), input[0].schema());
-        let stream = match &device {
-            None => export_reader(reader),
-            Some(device) => export_reader_to(reader, device.clone()),
-        }
-        .unwrap();
-        assert_eq!(read_all(stream), input);
+        assert_eq!(read_all(export_batches(&input, device.as_ref())), input);
     }
 
     let no_columns = Arc::new(Schema::empty());
@@ -272,7 +301,7 @@ fn zero_row_batches_and_a_zero_column_schema_stream_through() {
         &arrow_array::RecordBatchOptions::new().with_row_count(Some(7)),
     )
     .unwrap();
-    let stream = export_reader(reader_of(vec![batch.clone()], no_columns)).unwrap();
+    let stream = export_on(reader_of(vec![batch.clone()], no_columns), None);
     assert_eq!(read_all(stream), [batch]);
 }
 
@@ -302,14 +331,7 @@ impl<I> Drop for Counted<I> {
 fn counted_device_arrays(input: &[RecordBatch]) -> (Vec<DeviceArray>, Vec<Arc<Counters>>) {
     input
         .iter()
-        .map(|batch| {
-            let (array, schema) = arrow_device::export_record_batch(batch).unwrap();
-            let (array, schema, counters) = counting(array, schema);
-            // SAFETY: our exporter's structs behind the counting wrapper.
-            let imported =
-                unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
-            (imported, counters)
-        })
+        .map(|batch| counted_device_array(batch, ValidationLevel::Default))
         .unzip()
 }
 
@@ -317,11 +339,7 @@ fn counted_device_arrays(input: &[RecordBatch]) -> (Vec<DeviceArray>, Vec<Arc<Co
 fn closing_early_releases_the_stream_the_source_and_every_batch_once() {
     let input = batches(10, 10);
     let (arrays, counters) = counted_device_arrays(&input);
-    let field = Field::new(
-        "",
-        DataType::Struct(input[0].schema().fields().clone()),
-        false,
-    );
+    let field = struct_field(&input[0].schema());
     let pulled = Arc::new(AtomicUsize::new(0));
     let dropped = Arc::new(AtomicUsize::new(0));
     let source = Counted {
@@ -355,7 +373,7 @@ fn closing_early_releases_the_stream_the_source_and_every_batch_once() {
 #[test]
 fn reading_to_the_end_releases_the_stream_at_the_end_exactly_once() {
     let input = batches(3, 4);
-    let mut stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let mut stream = export_batches(&input, None);
     let releases = count_stream_releases(&mut stream);
     let mut reader = import(stream);
     assert_eq!(reader.by_ref().count(), 3);
@@ -383,23 +401,18 @@ fn failing_reader(good: usize, message: &str) -> impl RecordBatchReader + Send {
 #[test]
 fn an_error_in_the_middle_reaches_the_consumer_with_its_message_and_ends_the_stream() {
     for device in [None, Some(emulated(6))] {
-        let reader = failing_reader(3, "disk on fire at byte 4096");
-        let mut stream = match &device {
-            None => export_reader(reader),
-            Some(device) => export_reader_to(reader, device.clone()),
-        }
-        .unwrap();
+        let mut stream = export_on(
+            failing_reader(3, "disk on fire at byte 4096"),
+            device.as_ref(),
+        );
         let releases = count_stream_releases(&mut stream);
         let mut imported = import(stream);
         for _ in 0..3 {
             imported.next().unwrap().unwrap();
         }
         let err = imported.next().unwrap().unwrap_err();
-        let Error::Producer { code, message } = &err else {
-            panic!("expected a producer error, got {err:?}");
-        };
-        assert_eq!(*code, libc::EIO, "an I/O error keeps its errno");
-        assert!(message.contains("disk on fire at byte 4096"), "{message}");
+        // An I/O error keeps its errno.
+        assert_producer_error(&err, libc::EIO, "disk on fire at byte 4096");
         assert!(
             err.to_string().starts_with("producer error 5 (EIO): "),
             "{err}"
@@ -415,7 +428,7 @@ fn an_error_in_the_middle_reaches_the_consumer_with_its_message_and_ends_the_str
 
 #[test]
 fn the_c_callbacks_report_errors_through_get_last_error_until_the_next_call() {
-    let mut stream = export_reader(failing_reader(1, "boom")).unwrap();
+    let mut stream = export_on(failing_reader(1, "boom"), None);
     let get_next = stream.get_next.unwrap();
     let get_last_error = stream.get_last_error.unwrap();
     let mut out = ArrowDeviceArray::empty();
@@ -431,30 +444,23 @@ fn the_c_callbacks_report_errors_through_get_last_error_until_the_next_call() {
 
         assert_eq!(get_next(&mut stream, &mut out), libc::EIO);
         assert!(out.is_released(), "nothing written on error");
-        let message = CStr::from_ptr(get_last_error(&mut stream))
-            .to_str()
-            .unwrap();
+        let message = last_error(&mut stream);
         assert!(message.contains("boom"), "{message}");
 
         // A consumer that calls again gets the failure again, not data.
         assert_eq!(get_next(&mut stream, &mut out), libc::EIO);
-        let message = CStr::from_ptr(get_last_error(&mut stream))
-            .to_str()
-            .unwrap();
+        let message = last_error(&mut stream);
         assert!(message.contains("failed earlier"), "{message}");
 
         assert_eq!(get_next(&mut stream, std::ptr::null_mut()), libc::EINVAL);
-        let message = CStr::from_ptr(get_last_error(&mut stream))
-            .to_str()
-            .unwrap();
-        assert_eq!(message, "stream: get_next's out is NULL");
+        assert_eq!(last_error(&mut stream), "stream: get_next's out is NULL");
     }
 }
 
 #[test]
 fn a_released_stream_refuses_every_call() {
     let input = batches(1, 1);
-    let mut stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let mut stream = export_batches(&input, None);
     let (get_schema, get_next, get_last_error, release) = (
         stream.get_schema.unwrap(),
         stream.get_next.unwrap(),
@@ -477,13 +483,13 @@ fn a_released_stream_refuses_every_call() {
     }
     // SAFETY: as above; a released stream is refused by the importer.
     let err = unsafe { DeviceStreamReader::try_new(stream, ValidationLevel::Default) }.unwrap_err();
-    assert!(err.to_string().contains("released"), "{err}");
+    assert_mentions(&err, "released");
 }
 
 #[test]
 fn get_schema_can_be_called_many_times_and_each_schema_is_the_consumers() {
     let input = batches(1, 1);
-    let mut stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let mut stream = export_batches(&input, None);
     let get_schema = stream.get_schema.unwrap();
     for _ in 0..3 {
         let mut schema = FFI_ArrowSchema::empty();
@@ -499,26 +505,21 @@ fn a_batch_on_another_device_type_than_the_stream_is_rejected_on_both_sides() {
     // Producer side: an iterator of CPU arrays declared as an EXT_DEV stream.
     let input = batches(2, 3);
     let (arrays, counters) = counted_device_arrays(&input);
-    let field = Field::new(
-        "",
-        DataType::Struct(input[0].schema().fields().clone()),
-        false,
-    );
+    let field = struct_field(&input[0].schema());
     let stream =
         export_device_arrays(field, DeviceType::EXT_DEV, arrays.into_iter().map(Ok)).unwrap();
     let mut reader = import(stream);
     let err = reader.next().unwrap().unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("batch 0 is on device type CPU, expected the stream's EXT_DEV"),
-        "{err}"
+    assert_mentions(
+        &err,
+        "batch 0 is on device type CPU, expected the stream's EXT_DEV",
     );
     assert!(reader.next().is_none());
     drop(reader);
     assert!(counters.iter().all(|c| c.array_releases() == 1));
 
     // Consumer side: a producer that says EXT_DEV and sends CPU arrays.
-    let mut stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let mut stream = export_batches(&input, None);
     stream.device_type = DeviceType::EXT_DEV;
     let mut reader = import(stream);
     let err = reader.next().unwrap().unwrap_err();
@@ -533,34 +534,29 @@ fn a_batch_on_another_device_type_than_the_stream_is_rejected_on_both_sides() {
 fn a_batch_of_another_type_than_the_schema_is_rejected_before_it_leaves() {
     // Device arrays of int32 in a stream declared as int64.
     let ints = Int32Array::from(vec![1, 2, 3]);
-    let (array, schema) = export_array(&ints).unwrap();
-    // SAFETY: our exporter's structs.
-    let imported =
-        unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
     let stream = export_device_arrays(
         Field::new("", DataType::Int64, true),
         DeviceType::CPU,
-        std::iter::once(Ok(imported)),
+        std::iter::once(Ok(device_array(&ints, ValidationLevel::Default))),
     )
     .unwrap();
     let mut reader = import(stream);
     assert_eq!(reader.field().data_type(), &DataType::Int64);
     let err = reader.next().unwrap().unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("batch 0 has data type Int32, expected the stream's Int64"),
-        "{err}"
+    assert_mentions(
+        &err,
+        "batch 0 has data type Int32, expected the stream's Int64",
     );
 
     // A record batch reader whose batches do not match its schema.
     let declared = ints_and_strings(0, 1).schema();
     let other = RecordBatch::try_from_iter([("x", Arc::new(ints) as ArrayRef)]).unwrap();
     let items = vec![Ok(ints_and_strings(0, 2)), Ok(other)];
-    let stream = export_reader(RecordBatchIterator::new(items, declared)).unwrap();
+    let stream = export_on(RecordBatchIterator::new(items, declared), None);
     let mut reader = import(stream);
     reader.next().unwrap().unwrap();
     let err = reader.next().unwrap().unwrap_err();
-    assert!(err.to_string().contains("batch 1 has data type"), "{err}");
+    assert_mentions(&err, "batch 1 has data type");
 }
 
 /// Wraps a stream so that batch `corrupt` comes out with a length its
@@ -585,7 +581,7 @@ unsafe extern "C" fn corrupting_get_next(
 #[test]
 fn a_malformed_batch_is_rejected_naming_the_batch_and_the_defect() {
     let input = vec![ints_and_strings(0, 1), ints_and_strings(1, 2)];
-    let mut stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let mut stream = export_batches(&input, None);
     let releases = count_stream_releases(&mut stream);
     stream.get_next = Some(corrupting_get_next);
     let mut reader = import(stream);
@@ -601,23 +597,16 @@ fn a_malformed_batch_is_rejected_naming_the_batch_and_the_defect() {
 #[test]
 fn a_stream_of_plain_arrays_is_not_a_record_batch_reader() {
     let ints = Int64Array::from(vec![1, 2]);
-    let (array, schema) = export_array(&ints).unwrap();
-    // SAFETY: our exporter's structs.
-    let imported =
-        unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
     let stream = export_device_arrays(
         Field::new("v", DataType::Int64, true),
         DeviceType::CPU,
-        std::iter::once(Ok(imported)),
+        std::iter::once(Ok(device_array(&ints, ValidationLevel::Default))),
     )
     .unwrap();
     let reader = import(stream);
     assert_eq!(reader.schema(), None);
     let err = reader.into_record_batch_reader().unwrap_err();
-    assert!(
-        err.to_string().contains("struct arrays, found Int64"),
-        "{err}"
-    );
+    assert_mentions(&err, "struct arrays, found Int64");
 
     let stream = export_device_arrays(
         Field::new("v", DataType::Int64, true),
@@ -631,12 +620,12 @@ fn a_stream_of_plain_arrays_is_not_a_record_batch_reader() {
 #[test]
 fn c_streams_bridge_to_device_streams_and_back() {
     let input = batches(4, 25);
-    let c_stream = FFI_ArrowArrayStream::new(Box::new(reader_of(input.clone(), input[0].schema())));
+    let c_stream = FFI_ArrowArrayStream::new(Box::new(input_reader(&input)));
     let device_stream = device_stream_from_ffi(c_stream).unwrap();
     assert_eq!(device_stream.device_type, DeviceType::CPU);
     assert_eq!(read_all(device_stream), input);
 
-    let device_stream = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let device_stream = export_batches(&input, None);
     let c_stream = ffi_stream_from_device(device_stream).unwrap();
     let output: Vec<_> = RecordBatchStreamReader::try_new(c_stream)
         .unwrap()
@@ -652,39 +641,33 @@ fn bridges_carry_errors_with_code_and_message_both_ways() {
     let mut reader = import(device_stream_from_ffi(c_stream).unwrap());
     reader.next().unwrap().unwrap();
     reader.next().unwrap().unwrap();
-    match reader.next().unwrap().unwrap_err() {
-        Error::Producer { code, message } => {
-            assert_eq!(code, libc::EIO);
-            assert!(message.contains("upstream broke"), "{message}");
-        }
-        other => panic!("expected a producer error, got {other:?}"),
-    }
+    let err = reader.next().unwrap().unwrap_err();
+    assert_producer_error(&err, libc::EIO, "upstream broke");
 
     // Ours -> arrow-rs' C stream reader.
     let c_stream =
-        ffi_stream_from_device(export_reader(failing_reader(1, "ours broke")).unwrap()).unwrap();
+        ffi_stream_from_device(export_on(failing_reader(1, "ours broke"), None)).unwrap();
     let mut reader = RecordBatchStreamReader::try_new(c_stream).unwrap();
     reader.next().unwrap().unwrap();
     let err = reader.next().unwrap().unwrap_err();
-    assert!(err.to_string().contains("ours broke"), "{err}");
+    assert_mentions(&err, "ours broke");
 }
 
 #[test]
 fn only_cpu_device_streams_become_c_streams() {
     let input = batches(1, 2);
-    let stream =
-        export_reader_to(reader_of(input.clone(), input[0].schema()), emulated(7)).unwrap();
+    let device = emulated(7);
+    let stream = export_batches(&input, Some(&device));
     let err = ffi_stream_from_device(stream).unwrap_err();
-    assert!(err.to_string().contains("EXT_DEV"), "{err}");
+    assert_mentions(&err, "EXT_DEV");
 
     // A CPU stream that sends a device batch anyway fails that get_next.
-    let mut stream =
-        export_reader_to(reader_of(input.clone(), input[0].schema()), emulated(7)).unwrap();
+    let mut stream = export_batches(&input, Some(&device));
     stream.device_type = DeviceType::CPU;
     let mut reader =
         RecordBatchStreamReader::try_new(ffi_stream_from_device(stream).unwrap()).unwrap();
     let err = reader.next().unwrap().unwrap_err();
-    assert!(err.to_string().contains("carries CPU arrays"), "{err}");
+    assert_mentions(&err, "carries CPU arrays");
 
     let released = ArrowDeviceArrayStream::empty();
     assert!(ffi_stream_from_device(released).is_err());
@@ -694,17 +677,12 @@ fn only_cpu_device_streams_become_c_streams() {
 #[test]
 fn a_stream_moved_by_the_consumer_keeps_working() {
     let input = batches(3, 2);
-    let mut original = export_reader(reader_of(input.clone(), input[0].schema())).unwrap();
+    let mut original = export_batches(&input, None);
     // SAFETY: `original` is a live stream; the move leaves it released.
     let reader =
         unsafe { DeviceStreamReader::from_raw(&mut original, ValidationLevel::Full) }.unwrap();
     assert!(original.is_released());
-    let output: Vec<_> = reader
-        .into_record_batch_reader()
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(output, input);
+    assert_eq!(read_record_batches(reader), input);
     // SAFETY: NULL is refused.
     assert!(
         unsafe { DeviceStreamReader::from_raw(std::ptr::null_mut(), ValidationLevel::Full) }
@@ -714,11 +692,7 @@ fn a_stream_moved_by_the_consumer_keeps_working() {
 
 #[test]
 fn types_without_a_c_form_are_refused_when_the_stream_is_made() {
-    let field = Field::new(
-        "",
-        DataType::Struct(vec![Field::new("x", DataType::Int8, true)].into()),
-        false,
-    );
+    let field = struct_field(&Schema::new(vec![Field::new("x", DataType::Int8, true)]));
     assert!(export_device_arrays(field, DeviceType::CPU, std::iter::empty()).is_ok());
     let schema = Arc::new(Schema::new(vec![Field::new(
         "bad",
@@ -726,5 +700,5 @@ fn types_without_a_c_form_are_refused_when_the_stream_is_made() {
         true,
     )]));
     let err = export_reader(reader_of(vec![], schema)).expect_err("refused");
-    assert!(err.to_string().contains("Utf8"), "{err}");
+    assert_mentions(&err, "Utf8");
 }

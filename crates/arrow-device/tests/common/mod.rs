@@ -2,8 +2,11 @@
 //! type arrow-rs supports ([`all_types`]), a record batch with metadata and an
 //! extension type ([`batch_with_metadata`]), a release counter ([`counting`])
 //! that proves each exported struct is released exactly once, the emulated
-//! device in strict, delayed mode ([`emulated`]) and assertions that name the
-//! failing case.
+//! device in strict, delayed mode ([`emulated`]), device arrays made from
+//! arrow-rs data ([`device_array`], [`counted_device_array`]) and assertions
+//! that name the failing case or the error expected
+//! ([`assert_mentions`], [`expect_producer_error`], [`assert_producer_error`],
+//! [`assert_consumer_error`]).
 //!
 //! Each test binary compiles this module on its own and uses part of it.
 #![allow(dead_code, unused_imports)]
@@ -12,12 +15,17 @@ pub mod async_harness;
 mod release;
 mod types;
 
+use std::ffi::c_int;
+use std::fmt::Display;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{Array, RecordBatch};
 use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
 use arrow_device::device::DeviceRef;
-use arrow_device::{export_record_batch, export_record_batch_to, DeviceArray, ValidationLevel};
+use arrow_device::{
+    export_array, export_record_batch, export_record_batch_to, DeviceArray, Error, ValidationLevel,
+};
 
 pub use release::{counting, Counters};
 pub use types::{all_types, batch_with_metadata, EXTENSION_NAME};
@@ -114,4 +122,65 @@ pub fn assert_batch_round_trips(what: &str, batch: &RecordBatch, device: Option<
     assert_eq!(&back, batch, "{what}: batch changed");
     drop((imported, back));
     assert_released_once(what, &counters);
+}
+
+/// `array` exported by this crate on the CPU and imported back with `level`.
+pub fn device_array(array: &dyn Array, level: ValidationLevel) -> DeviceArray {
+    let (c_array, c_schema) = export_array(array).unwrap();
+    // SAFETY: the structs come from this crate's exporter.
+    unsafe { DeviceArray::try_new(c_array, c_schema, level) }.unwrap()
+}
+
+/// `batch` exported by this crate on the CPU and imported back with `level`,
+/// with its root structs' releases counted.
+pub fn counted_device_array(
+    batch: &RecordBatch,
+    level: ValidationLevel,
+) -> (DeviceArray, Arc<Counters>) {
+    let (c_array, c_schema) = export_record_batch(batch).unwrap();
+    let (c_array, c_schema, counters) = counting(c_array, c_schema);
+    // SAFETY: this crate's exporter's structs behind the counting wrapper.
+    let imported = unsafe { DeviceArray::try_new(c_array, c_schema, level) }.unwrap();
+    (imported, counters)
+}
+
+/// Asserts that `err`'s message contains `needle`, showing the message
+/// otherwise.
+pub fn assert_mentions(err: &dyn Display, needle: &str) {
+    let message = err.to_string();
+    assert!(message.contains(needle), "{message}");
+}
+
+/// The message of `err`; panics unless `err` is the peer producer's error
+/// (`Error::Producer`) with errno `code`.
+pub fn expect_producer_error(err: &Error, code: c_int) -> &str {
+    let Error::Producer {
+        code: found,
+        message,
+    } = err
+    else {
+        panic!("expected a producer error, found {err:?}");
+    };
+    assert_eq!(*found, code, "the producer's errno in {err}");
+    message
+}
+
+/// Asserts that `err` is the peer producer's error with errno `code` and a
+/// message containing `needle`.
+pub fn assert_producer_error(err: &Error, code: c_int, needle: &str) {
+    assert_mentions(&expect_producer_error(err, code), needle);
+}
+
+/// Asserts that `err` is the peer consumer's refusal (`Error::Consumer`) with
+/// errno `code` and a message containing `needle`.
+pub fn assert_consumer_error(err: &Error, code: c_int, needle: &str) {
+    let Error::Consumer {
+        code: found,
+        message,
+    } = err
+    else {
+        panic!("expected a consumer error, found {err:?}");
+    };
+    assert_eq!(*found, code, "the consumer's errno in {err}");
+    assert_mentions(message, needle);
 }
