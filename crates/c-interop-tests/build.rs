@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 const C_SOURCES: &[&str] = &[
     "c/layout.c",
+    "c/batch.c",
     "c/producer.c",
     "c/consumer.c",
     "c/stream.c",

@@ -16,6 +16,8 @@
  *   request, extract_data and release so that the Rust consumer can be
  *   shown to apply back-pressure and to clean each task up exactly once.
  *
+ * Reading and building the batches is shared with stream.c (batch.c).
+ *
  * POSIX only (pthreads, clock_gettime).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -29,18 +31,6 @@
 #include <time.h>
 
 #include "async_stream.h"
-
-/* Each check returns the line number of the first failure, or 0. */
-#define REQUIRE(cond)             \
-  do {                            \
-    if (!(cond)) return __LINE__; \
-  } while (0)
-
-#define PROPAGATE(expr)           \
-  do {                            \
-    int line_ = (expr);           \
-    if (line_ != 0) return line_; \
-  } while (0)
 
 static void copy_text(char* dst, size_t cap, const char* src, size_t n) {
   if (n > cap - 1) n = cap - 1;
@@ -127,64 +117,18 @@ static void leave(struct interop_async_consumer* c) {
 
 /* ---- reading arrays ------------------------------------------------------ */
 
-static int bit_is_set(const void* bitmap, int64_t i) {
-  const uint8_t* bytes = (const uint8_t*)bitmap;
-  return (bytes[i / 8] >> (i % 8)) & 1;
-}
-
-static int summable(const struct interop_async_consumer_config* config) {
-  return config->n_children > 0 &&
-         (strcmp(config->formats[0], "i") == 0 || strcmp(config->formats[0], "l") == 0);
-}
-
-/* Adds the non-null values of child 0 of a CPU struct array to `sum`,
- * honouring the struct's and the child's validity and offsets. */
-static int sum_child0(const struct ArrowArray* root, const char* format, int64_t* sum) {
-  const struct ArrowArray* child;
-  int64_t j;
-  REQUIRE(root->n_buffers == 1 && root->buffers != NULL);
-  REQUIRE(root->n_children >= 1 && root->children != NULL);
-  child = root->children[0];
-  REQUIRE(child != NULL && child->release != NULL);
-  REQUIRE(child->n_buffers == 2 && child->buffers != NULL);
-  REQUIRE(child->length >= root->offset + root->length);
-  REQUIRE(root->length == 0 || child->buffers[1] != NULL);
-  for (j = 0; j < root->length; ++j) {
-    int64_t outer = root->offset + j;
-    int64_t physical = child->offset + outer;
-    if (root->buffers[0] != NULL && !bit_is_set(root->buffers[0], outer)) continue;
-    if (child->buffers[0] != NULL && !bit_is_set(child->buffers[0], physical)) continue;
-    if (format[0] == 'l') {
-      *sum += ((const int64_t*)child->buffers[1])[physical];
-    } else {
-      *sum += ((const int32_t*)child->buffers[1])[physical];
-    }
-  }
-  return 0;
-}
-
-/* Records one array's metadata and, for CPU data, sums child 0. Device
- * buffers are never touched: they are not host memory, and are only ready
- * once sync_event has completed. */
+/* Records one array's metadata and, for CPU data, the sum of child 0. */
 static int read_array(struct interop_async_consumer* c, const struct ArrowDeviceArray* array) {
-  const struct ArrowArray* root = &array->array;
   struct interop_async_consumer_report* r = &c->report;
+  struct interop_batch_seen seen;
   int64_t index = r->batches++;
-  REQUIRE(root->release != NULL);
-  /* Spec: "All ArrowDeviceArray structs that are produced by this producer
-   * should have the same device type" as ArrowAsyncProducer.device_type. */
-  if (array->device_type != r->producer_device_type) r->device_type_mismatches++;
-  if (array->sync_event != NULL) r->sync_events++;
+  int line = interop_read_struct_batch(array, r->producer_device_type, &c->config.schema, &seen);
+  r->device_type_mismatches += seen.device_type_mismatch;
+  r->sync_events += seen.has_sync_event;
+  r->total_rows += seen.rows;
+  r->sum += seen.sum;
   if (index < INTEROP_ASYNC_BATCHES) r->device_ids[index] = array->device_id;
-  REQUIRE(root->length >= 0 && root->offset >= 0);
-  r->total_rows += root->length;
-  REQUIRE(root->n_children == c->config.n_children);
-  REQUIRE(array->reserved[0] == 0 && array->reserved[1] == 0 && array->reserved[2] == 0);
-  if (r->producer_device_type == ARROW_DEVICE_CPU && array->device_type == ARROW_DEVICE_CPU &&
-      summable(&c->config)) {
-    PROPAGATE(sum_child0(root, c->config.formats[0], &r->sum));
-  }
-  return 0;
+  return line;
 }
 
 /* Extracts `task` (a copy of the producer's) into an array of ours, reads
@@ -215,21 +159,6 @@ static void extract_and_read(struct interop_async_consumer* c, struct ArrowAsync
 }
 
 /* ---- the handler's callbacks --------------------------------------------- */
-
-static int check_schema(const struct ArrowSchema* schema,
-                        const struct interop_async_consumer_config* config) {
-  int64_t i;
-  REQUIRE(schema->format != NULL && strcmp(schema->format, "+s") == 0);
-  REQUIRE(schema->n_children == config->n_children);
-  REQUIRE(schema->n_children == 0 || schema->children != NULL);
-  for (i = 0; i < schema->n_children; ++i) {
-    const struct ArrowSchema* child = schema->children[i];
-    REQUIRE(child != NULL && child->release != NULL);
-    REQUIRE(child->format != NULL && strcmp(child->format, config->formats[i]) == 0);
-    REQUIRE(child->name != NULL && strcmp(child->name, config->names[i]) == 0);
-  }
-  return 0;
-}
 
 /* Decodes additional_metadata (encoded like ArrowSchema.metadata: an int32
  * count, then per pair an int32 length and the bytes of the key, and the
@@ -297,7 +226,7 @@ static int on_schema(struct interop_async_consumer* c, struct handler_private* p
    * struct and released independently; the pointer is not kept. */
   moved = *schema;
   schema->release = NULL;
-  line = check_schema(&moved, &c->config);
+  line = interop_check_struct_schema(&moved, &c->config.schema);
   moved.release(&moved);
   c->report.schema_release_nulled = moved.release == NULL;
   if (line != 0) return line;
@@ -547,6 +476,9 @@ struct task_private;
 struct interop_async_producer {
   struct interop_async_producer_config config;
   struct ArrowAsyncDeviceStreamHandler* handler;
+  /* Reports to `counters` (through add, which locks); copied into every
+   * array and schema handed out. Set before the thread starts. */
+  struct interop_batch_counter counter;
   pthread_t thread;
   int thread_started;
   /* Only touched by the thread that calls join and free. */
@@ -599,176 +531,29 @@ static void add(struct interop_async_producer* p, int64_t* counter, int64_t delt
   unlock(p);
 }
 
-static void* counted_calloc(struct interop_async_producer* p, size_t size) {
-  void* ptr = calloc(1, size == 0 ? 1 : size);
-  if (ptr != NULL) add(p, &p->counters.live_allocations, 1);
-  return ptr;
-}
-
-static void counted_free(struct interop_async_producer* p, void* ptr) {
-  if (ptr != NULL) {
-    free(ptr);
-    add(p, &p->counters.live_allocations, -1);
+/* Counts what the arrays and the schema handed out report, from whichever
+ * thread releases them. Child schemas are not counted. */
+static void count_event(void* owner, enum interop_batch_event event) {
+  struct interop_async_producer* p = (struct interop_async_producer*)owner;
+  switch (event) {
+    case INTEROP_ALLOCATED:
+      add(p, &p->counters.live_allocations, 1);
+      break;
+    case INTEROP_FREED:
+      add(p, &p->counters.live_allocations, -1);
+      break;
+    case INTEROP_ARRAY_RELEASED:
+      add(p, &p->counters.array_releases, 1);
+      break;
+    case INTEROP_CHILD_ARRAY_RELEASED:
+      add(p, &p->counters.child_array_releases, 1);
+      break;
+    case INTEROP_SCHEMA_RELEASED:
+      add(p, &p->counters.schema_releases, 1);
+      break;
+    case INTEROP_CHILD_SCHEMA_RELEASED:
+      break;
   }
-}
-
-/* ---- arrays and the schema ----------------------------------------------- */
-
-#define MAX_BUFFERS 3
-#define MAX_CHILDREN 2
-
-/* Behind ArrowArray.private_data: the buffer list and the children list. */
-struct array_private {
-  struct interop_async_producer* owner;
-  int is_root;
-  int64_t n_children_allocated;
-  const void* buffers[MAX_BUFFERS];
-  void* owned[MAX_BUFFERS];
-  struct ArrowArray* children[MAX_CHILDREN];
-};
-
-/* May run on any thread: the consumer releases arrays where it likes. */
-static void release_array(struct ArrowArray* array) {
-  struct array_private* priv = (struct array_private*)array->private_data;
-  struct interop_async_producer* p = priv->owner;
-  int64_t i;
-  int b;
-  for (i = 0; i < priv->n_children_allocated; ++i) {
-    struct ArrowArray* child = priv->children[i];
-    if (child->release != NULL) child->release(child);
-    counted_free(p, child);
-  }
-  for (b = 0; b < MAX_BUFFERS; ++b) counted_free(p, priv->owned[b]);
-  add(p, priv->is_root ? &p->counters.array_releases : &p->counters.child_array_releases, 1);
-  counted_free(p, priv);
-  array->release = NULL;
-}
-
-static int init_array(struct interop_async_producer* p, struct ArrowArray* array, int is_root,
-                      int64_t length, int64_t n_buffers, int64_t n_children) {
-  struct array_private* priv = (struct array_private*)counted_calloc(p, sizeof(*priv));
-  int64_t i;
-  memset(array, 0, sizeof(*array));
-  if (priv == NULL) return ENOMEM;
-  priv->owner = p;
-  priv->is_root = is_root;
-  array->length = length;
-  array->n_buffers = n_buffers;
-  array->n_children = n_children;
-  array->buffers = priv->buffers;
-  array->children = n_children > 0 ? priv->children : NULL;
-  array->release = &release_array;
-  array->private_data = priv;
-  for (i = 0; i < n_children; ++i) {
-    priv->children[i] = (struct ArrowArray*)counted_calloc(p, sizeof(struct ArrowArray));
-    if (priv->children[i] == NULL) {
-      release_array(array);
-      return ENOMEM;
-    }
-    priv->n_children_allocated = i + 1;
-  }
-  return 0;
-}
-
-static void* add_buffer(struct ArrowArray* array, int index, size_t size) {
-  struct array_private* priv = (struct array_private*)array->private_data;
-  void* buffer = counted_calloc(priv->owner, size);
-  if (buffer == NULL) return NULL;
-  priv->owned[index] = buffer;
-  priv->buffers[index] = buffer;
-  return buffer;
-}
-
-/* Batch `index`: a = first, first + 1, ...; b = "x<a>". */
-static int make_batch(struct interop_async_producer* p, int64_t index,
-                      struct ArrowDeviceArray* out) {
-  int64_t rows = p->config.rows_per_batch;
-  int64_t first = index * rows;
-  struct ArrowArray root;
-  int32_t* values;
-  int32_t* offsets;
-  char* data;
-  char text[32];
-  int32_t total = 0;
-  int64_t r;
-  int code = init_array(p, &root, 1, rows, 1, 2);
-  if (code != 0) return code;
-  if (init_array(p, root.children[0], 0, rows, 2, 0) != 0 ||
-      init_array(p, root.children[1], 0, rows, 3, 0) != 0) {
-    goto fail;
-  }
-  values = (int32_t*)add_buffer(root.children[0], 1, sizeof(int32_t) * (size_t)rows);
-  offsets = (int32_t*)add_buffer(root.children[1], 1, sizeof(int32_t) * (size_t)(rows + 1));
-  if (values == NULL || offsets == NULL) goto fail;
-  for (r = 0; r < rows; ++r) {
-    values[r] = (int32_t)(first + r);
-    offsets[r] = total;
-    total += (int32_t)snprintf(text, sizeof(text), "x%" PRId64, first + r);
-  }
-  offsets[rows] = total;
-  /* One spare byte for the NUL snprintf writes after the last string. */
-  data = (char*)add_buffer(root.children[1], 2, (size_t)total + 1);
-  if (data == NULL) goto fail;
-  for (r = 0; r < rows; ++r) {
-    snprintf(data + offsets[r], (size_t)(offsets[r + 1] - offsets[r]) + 1, "x%" PRId64,
-             first + r);
-  }
-  memset(out, 0, sizeof(*out));
-  out->array = root;
-  out->device_id = -1;
-  out->device_type = ARROW_DEVICE_CPU;
-  out->sync_event = NULL;
-  return 0;
-
-fail:
-  root.release(&root);
-  return ENOMEM;
-}
-
-struct schema_private {
-  struct interop_async_producer* owner;
-  struct ArrowSchema children[MAX_CHILDREN];
-  struct ArrowSchema* child_pointers[MAX_CHILDREN];
-};
-
-static void release_child_schema(struct ArrowSchema* schema) { schema->release = NULL; }
-
-static void release_schema(struct ArrowSchema* schema) {
-  struct schema_private* priv = (struct schema_private*)schema->private_data;
-  struct interop_async_producer* p = priv->owner;
-  int i;
-  for (i = 0; i < MAX_CHILDREN; ++i) {
-    if (priv->children[i].release != NULL) priv->children[i].release(&priv->children[i]);
-  }
-  add(p, &p->counters.schema_releases, 1);
-  counted_free(p, priv);
-  schema->release = NULL;
-}
-
-/* struct<a: int32, b: utf8>. */
-static int make_schema(struct interop_async_producer* p, struct ArrowSchema* out) {
-  struct schema_private* priv = (struct schema_private*)counted_calloc(p, sizeof(*priv));
-  static const char* const formats[MAX_CHILDREN] = {"i", "u"};
-  static const char* const names[MAX_CHILDREN] = {"a", "b"};
-  int i;
-  memset(out, 0, sizeof(*out));
-  if (priv == NULL) return ENOMEM;
-  priv->owner = p;
-  for (i = 0; i < MAX_CHILDREN; ++i) {
-    struct ArrowSchema* child = &priv->children[i];
-    child->format = formats[i];
-    child->name = names[i];
-    child->flags = ARROW_FLAG_NULLABLE;
-    child->release = &release_child_schema;
-    priv->child_pointers[i] = child;
-  }
-  out->format = "+s";
-  out->name = "";
-  out->n_children = MAX_CHILDREN;
-  out->children = priv->child_pointers;
-  out->release = &release_schema;
-  out->private_data = priv;
-  return 0;
 }
 
 /* ---- the producer's callbacks -------------------------------------------- */
@@ -888,7 +673,8 @@ static int send_batch(struct interop_async_producer* p,
   struct task_private* tp = (struct task_private*)calloc(1, sizeof(*tp));
   struct ArrowAsyncTask task;
   int code;
-  if (tp == NULL || make_batch(p, index, &tp->array) != 0) {
+  int64_t rows = p->config.rows_per_batch;
+  if (tp == NULL || interop_make_ab_batch(&p->counter, index * rows, rows, 2, &tp->array) != 0) {
     free(tp);
     handler->on_error(handler, ENOMEM, "c async producer: out of memory", NULL);
     return ENOMEM;
@@ -912,7 +698,7 @@ static void run(struct interop_async_producer* p, struct ArrowAsyncDeviceStreamH
   struct ArrowSchema schema;
   char message[96];
   int64_t index;
-  int code = make_schema(p, &schema);
+  int code = interop_make_ab_schema(&p->counter, &schema);
   if (code != 0) {
     handler->on_error(handler, code, "c async producer: out of memory", NULL);
     return;
@@ -1017,6 +803,8 @@ struct interop_async_producer* interop_async_producer_start(
   }
   p->config = *config;
   p->handler = handler;
+  p->counter.count = &count_event;
+  p->counter.owner = p;
   if (pthread_mutex_init(&p->mutex, NULL) != 0) {
     free(p);
     handler->release(handler);

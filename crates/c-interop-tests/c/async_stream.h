@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "arrow_device.h"
+#include "batch.h"
 
 /* ---- consumer ------------------------------------------------------------ */
 
@@ -25,11 +26,8 @@
 /* How the consumer behaves. The pointers are read during the callbacks and
  * must outlive the stream. */
 struct interop_async_consumer_config {
-  /* on_schema expects a "+s" with `n_children` children of these formats
-   * and names, and refuses anything else with EINVAL. */
-  int64_t n_children;
-  const char* const* formats;
-  const char* const* names;
+  /* on_schema expects this "+s" and refuses anything else with EINVAL. */
+  struct interop_struct_expect schema;
   /* The n of the request made from inside on_schema. Values <= 0 are passed
    * as they are: the producer must answer them with on_error. */
   int64_t initial_request;
@@ -49,8 +47,8 @@ struct interop_async_consumer_config {
   const char* metadata_key;
 };
 
-/* What the consumer saw. `status` is 0, or the line of async_stream.c whose
- * check failed first. */
+/* What the consumer saw. `status` is 0, or the line of async_stream.c or
+ * batch.c whose check failed first. */
 struct interop_async_consumer_report {
   int32_t status;
   /* ArrowAsyncProducer.device_type, read in on_schema. */

@@ -7,29 +7,13 @@
  */
 #include <string.h>
 
+#include "batch.h"
 #include "interop.h"
-
-/* Each check returns the line number of the first failure, or 0. */
-#define REQUIRE(cond)         \
-  do {                        \
-    if (!(cond)) return __LINE__; \
-  } while (0)
-
-#define PROPAGATE(expr)       \
-  do {                        \
-    int line_ = (expr);       \
-    if (line_ != 0) return line_; \
-  } while (0)
-
-static int bit_is_set(const void* bitmap, int64_t i) {
-  const uint8_t* bytes = (const uint8_t*)bitmap;
-  return (bytes[i / 8] >> (i % 8)) & 1;
-}
 
 /* A NULL validity buffer means "all valid" (spec: the buffer may be omitted
  * when null_count is 0). */
 static int slot_is_null(const struct ArrowArray* array, int64_t physical) {
-  return array->buffers[0] != NULL && !bit_is_set(array->buffers[0], physical);
+  return array->buffers[0] != NULL && !interop_bit_is_set(array->buffers[0], physical);
 }
 
 /* Appends `n` bytes of `piece` to the NUL-terminated `text`; 0 when full. */

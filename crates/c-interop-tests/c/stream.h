@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "arrow_device.h"
+#include "batch.h"
 
 /* ---- consumer ------------------------------------------------------------ */
 
@@ -18,19 +19,17 @@
 #define INTEROP_STREAM_BATCHES 16
 #define INTEROP_STREAM_TEXT 512
 
-/* What the consumer is told to expect from get_schema: a "+s" with
- * `n_children` children of these formats and names. */
+/* What the consumer is told to expect: get_schema's "+s" and its
+ * children, and the batch to keep. */
 struct interop_stream_expect {
-  int64_t n_children;
-  const char* const* formats;
-  const char* const* names;
+  struct interop_struct_expect schema;
   /* The batch moved out of the stream's output (bitwise copy, source marked
    * released) and kept until after the stream is released; -1 for none. */
   int64_t keep_batch;
 };
 
-/* What the consumer saw. `status` is 0, or the line of stream.c whose check
- * failed; `code` is 0, or the non-zero code get_schema / get_next returned,
+/* What the consumer saw. `status` is 0, or the line of stream.c or batch.c
+ * whose check failed; `code` is 0, or the non-zero code get_schema / get_next returned,
  * with get_last_error's message in `message` ("" for NULL). */
 struct interop_stream_report {
   int32_t status;

@@ -17,6 +17,8 @@ use arrow_device::abi::ArrowAsyncDeviceStreamHandler;
 use arrow_device::stream::AsyncStreamHandler;
 use arrow_device::DeviceType;
 
+use crate::{RawStructExpect, StructExpect};
+
 /// Per-array details kept by the C consumer (`INTEROP_ASYNC_BATCHES`).
 pub const INTEROP_ASYNC_BATCHES: usize = 16;
 /// Size of the report's text fields (`INTEROP_ASYNC_TEXT`).
@@ -40,9 +42,7 @@ pub struct RawProducer {
 #[repr(C)]
 #[derive(Debug)]
 struct RawConsumerConfig {
-    n_children: i64,
-    formats: *const *const c_char,
-    names: *const *const c_char,
+    schema: RawStructExpect,
     initial_request: i64,
     extract_later: i32,
     cancel_after: i64,
@@ -319,9 +319,8 @@ extern "C" {
 /// points to.
 pub struct CAsyncConsumer {
     raw: NonNull<RawConsumer>,
-    _strings: Vec<CString>,
-    _formats: Vec<*const c_char>,
-    _names: Vec<*const c_char>,
+    _schema: StructExpect,
+    _metadata_key: Option<CString>,
 }
 
 // SAFETY: the C consumer guards its state with a mutex; the configuration's
@@ -340,16 +339,13 @@ impl CAsyncConsumer {
             std::mem::size_of::<AsyncConsumerReport>(),
             "AsyncConsumerReport mirrors C"
         );
-        let c_string = |s: &str| CString::new(s).expect("no NUL in test names");
-        let formats: Vec<CString> = options.children.iter().map(|(f, _)| c_string(f)).collect();
-        let names: Vec<CString> = options.children.iter().map(|(_, n)| c_string(n)).collect();
-        let key = options.metadata_key.as_deref().map(c_string);
-        let format_ptrs: Vec<*const c_char> = formats.iter().map(|s| s.as_ptr()).collect();
-        let name_ptrs: Vec<*const c_char> = names.iter().map(|s| s.as_ptr()).collect();
+        let schema = StructExpect::new(&options.children);
+        let key = options
+            .metadata_key
+            .as_deref()
+            .map(|k| CString::new(k).expect("no NUL in test names"));
         let config = RawConsumerConfig {
-            n_children: options.children.len() as i64,
-            formats: format_ptrs.as_ptr(),
-            names: name_ptrs.as_ptr(),
+            schema: schema.raw(),
             initial_request: options.initial_request,
             extract_later: i32::from(options.extract_later),
             cancel_after: options.cancel_after.unwrap_or(-1),
@@ -360,14 +356,10 @@ impl CAsyncConsumer {
         // points to are kept in the returned value (their heap buffers do not
         // move), which outlives the C consumer.
         let raw = unsafe { interop_async_consumer_new(&config) };
-        let mut strings = formats;
-        strings.extend(names);
-        strings.extend(key);
         CAsyncConsumer {
             raw: NonNull::new(raw).expect("interop_async_consumer_new: out of memory"),
-            _strings: strings,
-            _formats: format_ptrs,
-            _names: name_ptrs,
+            _schema: schema,
+            _metadata_key: key,
         }
     }
 

@@ -14,7 +14,7 @@
 pub mod async_stream;
 pub mod stream;
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use arrow_device::abi::{ArrowDeviceArray, FFI_ArrowSchema};
@@ -43,6 +43,53 @@ pub struct MacroEntry {
     pub name: *const c_char,
     /// Its value.
     pub value: i64,
+}
+
+/// `struct interop_struct_expect` (`c/batch.h`): the `"+s"` schema a C
+/// consumer expects, pointing into a [`StructExpect`].
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawStructExpect {
+    n_children: i64,
+    formats: *const *const c_char,
+    names: *const *const c_char,
+}
+
+/// The children a C stream consumer expects of a `"+s"` schema, as the C
+/// strings and pointer arrays its [`RawStructExpect`] points to.
+#[derive(Debug)]
+pub struct StructExpect {
+    _strings: Vec<CString>,
+    formats: Vec<*const c_char>,
+    names: Vec<*const c_char>,
+}
+
+impl StructExpect {
+    /// Children as `(format, name)`.
+    pub fn new<S: AsRef<str>>(children: &[(S, S)]) -> Self {
+        let c_string = |s: &S| CString::new(s.as_ref()).expect("no NUL in test names");
+        let formats: Vec<CString> = children.iter().map(|(f, _)| c_string(f)).collect();
+        let names: Vec<CString> = children.iter().map(|(_, n)| c_string(n)).collect();
+        let format_ptrs = formats.iter().map(|s| s.as_ptr()).collect();
+        let name_ptrs = names.iter().map(|s| s.as_ptr()).collect();
+        let mut strings = formats;
+        strings.extend(names);
+        StructExpect {
+            _strings: strings,
+            formats: format_ptrs,
+            names: name_ptrs,
+        }
+    }
+
+    /// The C view, valid while `self` lives (moving `self` moves no heap
+    /// buffer it points to).
+    pub fn raw(&self) -> RawStructExpect {
+        RawStructExpect {
+            n_children: self.formats.len() as i64,
+            formats: self.formats.as_ptr(),
+            names: self.names.as_ptr(),
+        }
+    }
 }
 
 /// Size of the text fields of [`Report`] (`INTEROP_TEXT`).

@@ -4,10 +4,12 @@
 //! the `#[repr(C)]` twins of their structs.
 
 use std::cell::UnsafeCell;
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int};
 
 use arrow_device::abi::ArrowDeviceArrayStream;
 use arrow_device::DeviceType;
+
+use crate::{RawStructExpect, StructExpect};
 
 /// Per-batch details kept by the C consumer (`INTEROP_STREAM_BATCHES`).
 pub const INTEROP_STREAM_BATCHES: usize = 16;
@@ -19,9 +21,7 @@ pub const INTEROP_STREAM_TEXT: usize = 512;
 #[repr(C)]
 #[derive(Debug)]
 pub struct StreamExpect {
-    n_children: i64,
-    formats: *const *const c_char,
-    names: *const *const c_char,
+    schema: RawStructExpect,
     keep_batch: i64,
 }
 
@@ -194,21 +194,14 @@ pub fn consume_stream_in_c(
         std::mem::size_of::<StreamReport>(),
         "StreamReport mirrors C"
     );
-    let c_string = |s: &str| CString::new(s).expect("no NUL in test names");
-    let formats: Vec<CString> = children.iter().map(|(f, _)| c_string(f)).collect();
-    let names: Vec<CString> = children.iter().map(|(_, n)| c_string(n)).collect();
-    let format_ptrs: Vec<*const c_char> = formats.iter().map(|s| s.as_ptr()).collect();
-    let name_ptrs: Vec<*const c_char> = names.iter().map(|s| s.as_ptr()).collect();
+    let schema = StructExpect::new(children);
     let expect = StreamExpect {
-        n_children: children.len() as i64,
-        formats: format_ptrs.as_ptr(),
-        names: name_ptrs.as_ptr(),
+        schema: schema.raw(),
         keep_batch: keep_batch.map_or(-1, |i| i as i64),
     };
     let mut report = std::mem::MaybeUninit::<StreamReport>::uninit();
     // SAFETY: `stream` is a valid stream (a released one is detected by the
-    // consumer); `expect`'s arrays hold `n_children` C strings that outlive
-    // the call; `report` is writable and fully initialized by the consumer
+    // consumer); `expect` points into `schema`, which outlives the call; `report` is writable and fully initialized by the consumer
     // (it starts with a memset).
     unsafe {
         interop_consume_stream(stream, &expect, report.as_mut_ptr());

@@ -22,21 +22,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
-use arrow_buffer::{NullBuffer, ScalarBuffer};
-use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
-use arrow_device::device::DeviceRef;
+use arrow_array::RecordBatch;
 use arrow_device::stream::{async_device_stream, AsyncDeviceStream, AsyncDeviceStreamProducer};
 use arrow_device::{DeviceArray, DeviceType, Error, ValidationLevel};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_schema::{ArrowError, DataType};
 use c_interop_tests::async_stream::{
     AsyncConsumerReport, AsyncProducerConfig, AsyncProducerCounters, CAsyncConsumer,
     CAsyncProducer, ConsumerOptions,
 };
 use futures_util::stream::{self, StreamExt};
 
-const CPU: i32 = 1;
-const EXT_DEV: i32 = 12;
+mod common;
+
+use common::{
+    a_b_schema, a_values, emulated, expected_c_batch, v_s_batch, v_s_schema, v_sum, CPU, EXT_DEV,
+    V_S,
+};
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), future)
@@ -45,36 +46,6 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 }
 
 // ---- Rust produces, C consumes ---------------------------------------------
-
-fn v_s_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("v", DataType::Int64, true),
-        Field::new("s", DataType::Utf8, true),
-    ]))
-}
-
-const V_S: [(&str, &str); 2] = [("l", "v"), ("u", "s")];
-
-/// Batch `i`: v = [100 i, null, 100 i + 2, 100 i + 3] whose null slot holds
-/// -999 (a consumer ignoring the validity bitmap gets another sum), and s.
-fn v_s_batch(i: i64) -> RecordBatch {
-    let values = ScalarBuffer::from(vec![100 * i, -999, 100 * i + 2, 100 * i + 3]);
-    let validity = NullBuffer::from(vec![true, false, true, true]);
-    let v = Int64Array::new(values, Some(validity));
-    let s = StringArray::from(vec![Some("p"), None, Some("q"), Some("r")]);
-    RecordBatch::try_new(v_s_schema(), vec![Arc::new(v), Arc::new(s)]).expect("valid batch")
-}
-
-/// The sum of v's non-null values, computed by arrow-rs.
-fn v_sum(batches: &[RecordBatch]) -> i64 {
-    batches
-        .iter()
-        .map(|b| {
-            let v = b.column(0).as_any().downcast_ref::<Int64Array>();
-            v.expect("v is int64").iter().flatten().sum::<i64>()
-        })
-        .sum()
-}
 
 /// A source of `batches` that counts how many were pulled, and yields to
 /// the executor before each one, so that the driver hops between threads.
@@ -114,18 +85,6 @@ fn cpu_producer(
         .with_additional_metadata(rows_metadata(123))
         .expect("the metadata encodes");
     (producer, pulls)
-}
-
-/// The process-wide emulated device `id`, strict (device memory is
-/// `PROT_NONE` on the host, so a C consumer touching a buffer crashes) and
-/// delayed; the same configuration as arrow-device's own tests.
-fn emulated(id: i64) -> DeviceRef {
-    let config = EmulatedConfig {
-        strict: true,
-        delay: Duration::from_millis(2),
-    };
-    EmulatedDevice::set_global_config(config);
-    EmulatedDevice::global(id).expect("emulated device ids 0 and up exist")
 }
 
 /// Runs `producer` into a new C consumer until the driver resolves.
@@ -457,27 +416,6 @@ async fn dropping_an_unpolled_driver_populates_the_producer_before_on_error() {
 
 // ---- C produces, Rust consumes ---------------------------------------------
 
-fn a_b_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("a", DataType::Int32, true),
-        Field::new("b", DataType::Utf8, true),
-    ]))
-}
-
-/// What the C producer's batch `index` holds: a = index * rows + r,
-/// b = "x{a}".
-fn expected_c_batch(index: i64, rows: i64) -> RecordBatch {
-    let a: Vec<i32> = (index * rows..(index + 1) * rows)
-        .map(|v| v as i32)
-        .collect();
-    let b: Vec<String> = a.iter().map(|v| format!("x{v}")).collect();
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from(a)),
-        Arc::new(StringArray::from(b)),
-    ];
-    RecordBatch::try_new(a_b_schema(), columns).expect("valid batch")
-}
-
 /// Starts a C producer into a new Rust stream of `queue_size`.
 fn from_c(config: AsyncProducerConfig, queue_size: usize) -> (CAsyncProducer, AsyncDeviceStream) {
     let (handler, stream) = async_device_stream(queue_size, ValidationLevel::Full);
@@ -542,14 +480,7 @@ async fn c_producer_batches_arrive_in_order_with_their_values_and_rows_metadata(
         .collect();
     let expected: Vec<RecordBatch> = (0..5).map(|i| expected_c_batch(i, 3)).collect();
     assert_eq!(batches, expected);
-    let a: Vec<i32> = batches
-        .iter()
-        .flat_map(|b| {
-            let a = b.column(0).as_any().downcast_ref::<Int32Array>();
-            a.expect("a is int32").values().to_vec()
-        })
-        .collect();
-    assert_eq!(a, (0..15).collect::<Vec<i32>>());
+    assert_eq!(a_values(&batches), (0..15).collect::<Vec<i32>>());
     assert_eq!(
         producer.counters().array_releases,
         0,

@@ -12,79 +12,33 @@
 //!   spec violations surface as errors naming what broke, and each of its
 //!   arrays, schemas and the stream is released exactly once.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use arrow_array::ffi_stream::RecordBatchStreamReader;
-use arrow_array::{
-    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, RecordBatchIterator, StringArray,
-};
-use arrow_buffer::{NullBuffer, ScalarBuffer};
+use arrow_array::{RecordBatch, RecordBatchIterator};
 use arrow_device::abi::ArrowDeviceArrayStream;
-use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
 use arrow_device::device::DeviceRef;
 use arrow_device::stream::{
     export_device_arrays, export_reader, export_reader_to, ffi_stream_from_device,
     DeviceStreamReader,
 };
 use arrow_device::{export_record_batch_to, DeviceArray, DeviceType, Error, ValidationLevel};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_schema::{ArrowError, DataType, Field};
 use c_interop_tests::stream::{
     c_stream, consume_stream_in_c, ProducerCounters, StreamConfig, StreamCounters, StreamReport,
 };
 
-const CPU: i32 = 1;
-const EXT_DEV: i32 = 12;
+mod common;
+
+use common::{
+    a_b_schema, a_values, emulated, expected_c_batch, v_s_batch, v_s_schema, v_sum, CPU, EXT_DEV,
+    V_S,
+};
 
 // ---- Rust produces, C consumes ---------------------------------------------
-
-fn v_s_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("v", DataType::Int64, true),
-        Field::new("s", DataType::Utf8, true),
-    ]))
-}
-
-const V_S: [(&str, &str); 2] = [("l", "v"), ("u", "s")];
-
-/// Batch `i`: v = [100 i, null, 100 i + 2, 100 i + 3] whose null slot holds
-/// -999 (a consumer ignoring the validity bitmap gets another sum), and s.
-fn v_s_batch(i: i64) -> RecordBatch {
-    let values = ScalarBuffer::from(vec![100 * i, -999, 100 * i + 2, 100 * i + 3]);
-    let validity = NullBuffer::from(vec![true, false, true, true]);
-    let v = Int64Array::new(values, Some(validity));
-    let s = StringArray::from(vec![Some("p"), None, Some("q"), Some("r")]);
-    RecordBatch::try_new(v_s_schema(), vec![Arc::new(v), Arc::new(s)]).expect("valid batch")
-}
-
-/// The sum of v's non-null values, computed by arrow-rs.
-fn v_sum(batches: &[RecordBatch]) -> i64 {
-    batches
-        .iter()
-        .map(|b| {
-            let v = b.column(0).as_any().downcast_ref::<Int64Array>();
-            v.expect("v is int64").iter().flatten().sum::<i64>()
-        })
-        .sum()
-}
 
 fn reader_of(
     batches: Vec<Result<RecordBatch, ArrowError>>,
 ) -> RecordBatchIterator<std::vec::IntoIter<Result<RecordBatch, ArrowError>>> {
     RecordBatchIterator::new(batches.into_iter(), v_s_schema())
-}
-
-/// The process-wide emulated device `id`, strict (device memory is
-/// `PROT_NONE` on the host, so a C consumer touching a buffer crashes) and
-/// delayed; the same configuration as arrow-device's own tests.
-fn emulated(id: i64) -> DeviceRef {
-    let config = EmulatedConfig {
-        strict: true,
-        delay: Duration::from_millis(2),
-    };
-    EmulatedDevice::set_global_config(config);
-    assert_eq!(EmulatedDevice::global_config(), config);
-    EmulatedDevice::global(id).expect("emulated device ids 0 and up exist")
 }
 
 /// What every C read of a Rust stream must show: no failed check, the
@@ -283,27 +237,6 @@ fn callbacks_of_a_stream_released_by_c_return_einval_and_no_error_message() {
 
 // ---- C produces, Rust consumes ---------------------------------------------
 
-fn a_b_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("a", DataType::Int32, true),
-        Field::new("b", DataType::Utf8, true),
-    ]))
-}
-
-/// What the C producer's batch `index` holds: a = index * rows + r,
-/// b = "x{a}".
-fn expected_c_batch(index: i64, rows: i64) -> RecordBatch {
-    let a: Vec<i32> = (index * rows..(index + 1) * rows)
-        .map(|v| v as i32)
-        .collect();
-    let b: Vec<String> = a.iter().map(|v| format!("x{v}")).collect();
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from(a)),
-        Arc::new(StringArray::from(b)),
-    ];
-    RecordBatch::try_new(a_b_schema(), columns).expect("valid batch")
-}
-
 /// `n` batches of `rows` each, all released once, nothing leaked.
 fn all_released(n: i64, get_next_calls: i64) -> StreamCounters {
     StreamCounters {
@@ -375,14 +308,7 @@ fn c_stream_reads_through_into_record_batch_reader_as_the_expected_batches() {
         .expect("every batch imports");
     let expected: Vec<RecordBatch> = (0..3).map(|i| expected_c_batch(i, 5)).collect();
     assert_eq!(batches, expected);
-    let a: Vec<i32> = batches
-        .iter()
-        .flat_map(|b| {
-            let a = b.column(0).as_any().downcast_ref::<Int32Array>();
-            a.expect("a is int32").values().to_vec()
-        })
-        .collect();
-    assert_eq!(a, (0..15).collect::<Vec<i32>>());
+    assert_eq!(a_values(&batches), (0..15).collect::<Vec<i32>>());
     drop(batches);
     assert_eq!(counters.get(), all_released(3, 4));
 }
