@@ -242,6 +242,13 @@ pub fn c_stream(config: StreamConfig) -> (ArrowDeviceArrayStream, ProducerCounte
     );
     let counters: &'static UnsafeCell<StreamCounters> =
         Box::leak(Box::new(UnsafeCell::new(StreamCounters::default())));
+    // Released arrays write to the counters whenever the last holder lets
+    // go, possibly after the test's handle is gone: they live as long as the
+    // process, and stay reachable from here (not a leak to memcheck).
+    static KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    KEPT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(counters as *const _ as usize);
     let mut stream = ArrowDeviceArrayStream::empty();
     // SAFETY: `config` is read during the call only; `counters` lives
     // forever; `stream` is a writable released struct the producer fills.
