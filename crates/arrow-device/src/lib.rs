@@ -66,6 +66,7 @@
 pub mod abi;
 pub mod array;
 pub mod device;
+pub mod dlpack;
 pub mod error;
 pub mod schema;
 pub mod stream;
@@ -73,8 +74,8 @@ pub mod validate;
 
 pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};
 pub use array::{
-    export_array, export_array_to, export_record_batch, export_record_batch_to, BufferInfo,
-    DeviceArray,
+    export_array, export_array_to, export_record_batch, export_record_batch_to, same_data,
+    BufferInfo, DeviceArray,
 };
 pub use error::{Error, Result};
 pub use validate::ValidationLevel;

@@ -311,6 +311,17 @@ impl DeviceArray {
         self.field.as_deref().unwrap_or(&self.storage.field)
     }
 
+    /// The same array described by `field` (another name or metadata); the
+    /// caller has checked that `field` has this array's data type.
+    pub(crate) fn with_field(&self, field: Field) -> DeviceArray {
+        debug_assert_eq!(field.data_type(), self.data_type());
+        DeviceArray {
+            storage: self.storage.clone(),
+            node: self.node.clone(),
+            field: Some(Arc::new(field)),
+        }
+    }
+
     /// The data type.
     pub fn data_type(&self) -> &DataType {
         self.field().data_type()
@@ -528,6 +539,57 @@ impl DeviceArray {
             export_node(self.node(), keep, device.as_ref(), self.storage.sync_event),
             schema,
         ))
+    }
+
+    /// Blocks the host until the producer's `sync_event` has completed (once
+    /// per tree: later calls return at once). Afterwards the data is ready
+    /// for any reader of its device, on any stream; this is how data is
+    /// handed to an interface without events of its own (DLPack).
+    ///
+    /// An array without a `sync_event` returns at once; one whose device has
+    /// no implementation here cannot be waited on and is an error.
+    pub fn synchronize(&self) -> Result<()> {
+        if self.storage.sync_event.is_null() {
+            return Ok(());
+        }
+        let device = self.storage.device.as_ref().ok_or_else(|| {
+            Error::NotSupported(format!(
+                "cannot wait on the sync_event of device type {} id {}: no device \
+                 implementation is loaded for it",
+                self.storage.device_type, self.storage.device_id
+            ))
+        })?;
+        self.storage.host_sync(device)
+    }
+
+    /// A handle over a tree this crate described itself (every size known,
+    /// no `sync_event`) whose memory `keep` keeps valid; `device` is `None`
+    /// for a device type without an implementation.
+    pub(crate) fn from_node(
+        node: Node,
+        field: Field,
+        device_type: DeviceType,
+        device_id: i64,
+        device: Option<DeviceRef>,
+        keep: KeepAlive,
+    ) -> DeviceArray {
+        let storage = Arc::new(Storage {
+            device_type,
+            device_id,
+            device,
+            sync_event: std::ptr::null_mut(),
+            // Without an event there is nothing to wait for.
+            host_synced: AtomicBool::new(true),
+            sizes_known: true,
+            root: node,
+            field,
+            _keep: Keep::Shared { _memory: keep },
+        });
+        DeviceArray {
+            storage,
+            node: NodeRef::Root,
+            field: None,
+        }
     }
 
     fn with_storage(
