@@ -27,6 +27,8 @@ pub(crate) mod export;
 mod import;
 pub(crate) mod layout;
 pub(crate) mod node;
+mod represent;
 
 pub use device_array::{BufferInfo, DeviceArray};
 pub use export::{export_array, export_array_to, export_record_batch, export_record_batch_to};
+pub use represent::same_data;
