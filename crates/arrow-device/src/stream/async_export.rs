@@ -93,7 +93,7 @@ use crate::abi::{
 use crate::array::DeviceArray;
 use crate::device::DeviceRef;
 use crate::error::{Error, Result};
-use crate::stream::export::message_cstring;
+use crate::stream::export::error_cstring;
 use crate::stream::{export_stream_array, export_stream_batch};
 
 /// How many batches the driver sends in one `poll` before it yields to the
@@ -625,12 +625,8 @@ impl AsyncProducerDriver {
                 None => unsafe { ((*handler).on_error, (*handler).release) },
             };
             if let (Some(error), Some(on_error)) = (error, on_error) {
-                // The code travels as its own argument: a producer error's
-                // text goes alone, not "producer error 125 (ECANCELED): ...".
-                let message = match error {
-                    Error::Producer { message, .. } => message_cstring(message),
-                    other => message_cstring(&other.to_string()),
-                };
+                // The code travels as its own argument.
+                let message = error_cstring(error);
                 // SAFETY: a valid handler; the message lives for the call.
                 unsafe { on_error(handler, error.errno(), message.as_ptr(), std::ptr::null()) };
             }

@@ -44,7 +44,7 @@ use crate::abi::{
     FFI_ArrowArrayStream, FFI_ArrowSchema,
 };
 use crate::error::{Error, Result};
-use crate::stream::export::message_cstring;
+use crate::stream::export::error_cstring;
 use crate::stream::stream_error;
 
 /// Wraps a C stream as a CPU device stream, zero-copy. Fails when the C
@@ -126,7 +126,7 @@ struct Bridge<S> {
 
 impl<S> Bridge<S> {
     fn fail(&mut self, err: Error) -> c_int {
-        self.last_error = Some(message_cstring(&err.to_string()));
+        self.last_error = Some(error_cstring(&err));
         err.errno()
     }
 }

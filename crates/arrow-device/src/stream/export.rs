@@ -251,16 +251,22 @@ unsafe fn with_private(
         Ok(()) => 0,
         Err(err) => {
             let code = err.errno();
-            private.last_error = Some(message_cstring(&err.to_string()));
+            private.last_error = Some(error_cstring(&err));
             code
         }
     }
 }
 
-/// A C string of `message`, with any NUL byte (which would cut it short)
-/// shown as `\0`.
-pub(crate) fn message_cstring(message: &str) -> CString {
-    CString::new(message.replace('\0', "\\0")).unwrap_or_default()
+/// The C string a C callback reports `err` with (`get_last_error`,
+/// `on_error`): a producer error's own text (its code travels apart, and a
+/// relayed message is not wrapped twice), else the error's display; a NUL
+/// byte, which would cut it short, shows as `\0`.
+pub(crate) fn error_cstring(err: &Error) -> CString {
+    let text = match err {
+        Error::Producer { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    CString::new(text.replace('\0', "\\0")).unwrap_or_default()
 }
 
 unsafe extern "C" fn get_schema(
