@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine (no GPU needed).
 # Installs what it needs: the Rust toolchain is the machine's; gcc compiles
-# the C interop tests through the `cc` crate.
+# the C interop tests through the `cc` crate; the Python package and its
+# peers go into a virtual environment (scripts/python-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,3 +13,7 @@ fi
 
 # Library, CLI and C interop tests, plus every doctest.
 cargo test --workspace --locked
+
+# The Python package, built into a virtual environment with its peers.
+python=$(bash scripts/python-env.sh)
+"$python" -m pytest -q crates/arrow-device-python/tests

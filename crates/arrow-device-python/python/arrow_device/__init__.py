@@ -1,0 +1,34 @@
+"""Arrow data on any device, exchanged zero-copy through the Arrow PyCapsule
+protocol (arrays, device arrays, streams, device streams) and DLPack.
+
+>>> import arrow_device, pyarrow as pa
+>>> a = arrow_device.array(pa.array([1, 2, 3]))
+>>> a.device.type
+<DeviceType.CPU: 1>
+>>> pa.array(a).to_pylist()
+[1, 2, 3]
+"""
+
+from ._arrow_device import (
+    Device,
+    DeviceArray,
+    DeviceStream,
+    array,
+    cpu,
+    devices,
+    emulated,
+    stream,
+)
+from ._types import DeviceType
+
+__all__ = [
+    "Device",
+    "DeviceArray",
+    "DeviceStream",
+    "DeviceType",
+    "array",
+    "cpu",
+    "devices",
+    "emulated",
+    "stream",
+]

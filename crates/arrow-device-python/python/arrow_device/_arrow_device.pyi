@@ -1,0 +1,106 @@
+"""Type stubs of the native module (re-exported by ``arrow_device``)."""
+
+from typing import Any, Iterator, Literal, Optional, Protocol, Tuple, Union
+
+from ._types import DeviceType
+
+_Validate = Literal["none", "minimal", "default", "full"]
+
+class _ArrowDeviceArrayExportable(Protocol):
+    def __arrow_c_device_array__(
+        self, requested_schema: Optional[object] = None, **kwargs: Any
+    ) -> Tuple[object, object]: ...
+
+class _ArrowArrayExportable(Protocol):
+    def __arrow_c_array__(
+        self, requested_schema: Optional[object] = None
+    ) -> Tuple[object, object]: ...
+
+class _DLPackExportable(Protocol):
+    def __dlpack__(self, **kwargs: Any) -> object: ...
+
+class _ArrowStreamExportable(Protocol):
+    def __arrow_c_stream__(self, requested_schema: Optional[object] = None) -> object: ...
+
+class _ArrowDeviceStreamExportable(Protocol):
+    def __arrow_c_device_stream__(
+        self, requested_schema: Optional[object] = None, **kwargs: Any
+    ) -> object: ...
+
+ArrayLike = Union[
+    "DeviceArray", _ArrowDeviceArrayExportable, _ArrowArrayExportable, _DLPackExportable
+]
+
+class Device:
+    """A device: its type and id (-1 for the CPU)."""
+
+    @property
+    def type(self) -> Union[DeviceType, int]:
+        """The device type; a plain ``int`` for a type outside ``DeviceType``."""
+    @property
+    def id(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class DeviceArray:
+    """An Arrow array on a device; record batches are struct arrays."""
+
+    @property
+    def device(self) -> Device: ...
+    @property
+    def type(self) -> str:
+        """The Arrow data type, as text."""
+    @property
+    def null_count(self) -> Optional[int]: ...
+    @property
+    def offset(self) -> int: ...
+    def __len__(self) -> int: ...
+    def to(self, device: Device) -> "DeviceArray":
+        """The array on ``device``, copied if it is elsewhere."""
+    def __arrow_c_device_array__(
+        self, requested_schema: Optional[object] = None, **kwargs: Any
+    ) -> Tuple[object, object]: ...
+    def __arrow_c_array__(
+        self, requested_schema: Optional[object] = None
+    ) -> Tuple[object, object]: ...
+    def __arrow_c_schema__(self) -> object: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[int] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> object: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+
+class DeviceStream:
+    """A stream of DeviceArrays, read once."""
+
+    @property
+    def device_type(self) -> Union[DeviceType, int]: ...
+    @property
+    def type(self) -> str: ...
+    def __iter__(self) -> Iterator[DeviceArray]: ...
+    def __next__(self) -> DeviceArray: ...
+    def __arrow_c_device_stream__(
+        self, requested_schema: Optional[object] = None, **kwargs: Any
+    ) -> object: ...
+    def __arrow_c_stream__(self, requested_schema: Optional[object] = None) -> object: ...
+    def __arrow_c_schema__(self) -> object: ...
+
+def array(
+    obj: ArrayLike, *, device: Optional[Device] = None, validate: _Validate = "default"
+) -> DeviceArray:
+    """Imports ``obj`` (zero-copy), optionally placing it on ``device``."""
+
+def stream(
+    obj: Union[_ArrowDeviceStreamExportable, _ArrowStreamExportable, Any],
+    *,
+    validate: _Validate = "default",
+) -> DeviceStream:
+    """Imports a stream, or makes one of an iterable of array-likes."""
+
+def cpu() -> Device: ...
+def emulated(id: int = 0) -> Device: ...
+def devices() -> list[Device]: ...

@@ -1,0 +1,292 @@
+//! `arrow_device.DeviceArray` and `arrow_device.array()`: the PyCapsule
+//! protocol for arrays, both ways, over the library's `DeviceArray`.
+
+use arrow_device::abi::{ArrowDeviceArray, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_device::schema::{export_field, import_field};
+use arrow_device::{export_array, DeviceArray, ValidationLevel};
+use arrow_schema::Field;
+use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::capsule::{self, ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
+use crate::device::PyDevice;
+use crate::errors::{guard, IntoPy};
+
+/// An Arrow array on a device (a record batch is a struct array that keeps
+/// the schema's metadata). Immutable; copies happen only when asked for
+/// (`to`), never behind the caller's back.
+#[pyclass(name = "DeviceArray", module = "arrow_device", frozen)]
+pub struct PyDeviceArray {
+    pub inner: DeviceArray,
+}
+
+impl PyDeviceArray {
+    pub fn new(inner: DeviceArray) -> Self {
+        PyDeviceArray { inner }
+    }
+}
+
+/// `validate=` values, named as the library's levels.
+pub fn parse_level(validate: &str) -> PyResult<ValidationLevel> {
+    match validate {
+        "none" => Ok(ValidationLevel::None),
+        "minimal" => Ok(ValidationLevel::Minimal),
+        "default" => Ok(ValidationLevel::Default),
+        "full" => Ok(ValidationLevel::Full),
+        other => Err(PyValueError::new_err(format!(
+            "validate must be one of 'none', 'minimal', 'default', 'full', got {other:?}"
+        ))),
+    }
+}
+
+/// Spec ("Device Support"): keyword arguments a producer does not know must
+/// be `None`, else `NotImplementedError`.
+pub fn check_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    let Some(kwargs) = kwargs else {
+        return Ok(());
+    };
+    let unknown: Vec<String> = kwargs
+        .iter()
+        .filter(|(_, value)| !value.is_none())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(PyNotImplementedError::new_err(format!(
+            "received unsupported keyword argument(s): {unknown:?}"
+        )))
+    }
+}
+
+/// The field of a `requested_schema` capsule (borrowed: the caller keeps
+/// ownership of its struct).
+pub fn requested_field(requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Field>> {
+    let Some(capsule) = requested_schema.filter(|c| !c.is_none()) else {
+        return Ok(None);
+    };
+    let schema = capsule::pointer::<FFI_ArrowSchema>(capsule, ARROW_SCHEMA)?;
+    // SAFETY: a live capsule named arrow_schema holds an ArrowSchema, which
+    // is only read here, with the GIL held so the capsule cannot go away.
+    let field = import_field(unsafe { &*schema }).py()?;
+    Ok(Some(field))
+}
+
+/// Anything array-like as a library `DeviceArray`: a `DeviceArray`, or an
+/// object with `__arrow_c_device_array__` or `__arrow_c_array__` (called
+/// with no arguments: nanoarrow's takes no `**kwargs`).
+pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<DeviceArray> {
+    if let Ok(array) = obj.cast::<PyDeviceArray>() {
+        return Ok(array.get().inner.clone());
+    }
+    if obj.hasattr("__arrow_c_device_array__")? {
+        let result = obj.call_method0("__arrow_c_device_array__")?;
+        let (schema, array) = capsule::pair::<FFI_ArrowSchema, ArrowDeviceArray>(
+            &result,
+            "__arrow_c_device_array__",
+            ARROW_DEVICE_ARRAY,
+        )?;
+        // SAFETY: live capsules with the protocol's names hold these structs;
+        // moving them out leaves them released for the capsules' destructors.
+        let (array, schema) = unsafe {
+            (
+                ArrowDeviceArray::from_raw(array),
+                FFI_ArrowSchema::from_raw(schema),
+            )
+        };
+        // SAFETY: the producer promises valid structs (spec: PyCapsule
+        // interface); everything they say about themselves is validated.
+        return unsafe { DeviceArray::try_new(array, schema, level) }.py();
+    }
+    if obj.hasattr("__arrow_c_array__")? {
+        let result = obj.call_method0("__arrow_c_array__")?;
+        let (schema, array) = capsule::pair::<FFI_ArrowSchema, FFI_ArrowArray>(
+            &result,
+            "__arrow_c_array__",
+            ARROW_ARRAY,
+        )?;
+        // SAFETY: as above.
+        let (array, schema) = unsafe {
+            (
+                FFI_ArrowArray::from_raw(array),
+                FFI_ArrowSchema::from_raw(schema),
+            )
+        };
+        // SAFETY: as above.
+        return unsafe { DeviceArray::try_from_cpu(array, schema, level) }.py();
+    }
+    if obj.hasattr("__dlpack__")? {
+        return crate::dlpack::import(obj);
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected a DeviceArray or an object with __arrow_c_device_array__, __arrow_c_array__ or __dlpack__, got {}",
+        capsule::type_name(obj)
+    )))
+}
+
+/// `arrow_device.array(obj, *, device=None, validate="default")`.
+#[pyfunction]
+#[pyo3(signature = (obj, *, device = None, validate = "default"))]
+pub fn array(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    device: Option<PyRef<'_, PyDevice>>,
+    validate: &str,
+) -> PyResult<PyDeviceArray> {
+    let level = parse_level(validate)?;
+    guard(|| {
+        let imported = import_any(obj, level)?;
+        let placed = match device {
+            None => imported,
+            Some(device) => {
+                let target = device.require()?.clone();
+                py.detach(|| imported.to_device(&target)).py()?
+            }
+        };
+        Ok(PyDeviceArray::new(placed))
+    })
+}
+
+#[pymethods]
+impl PyDeviceArray {
+    /// The device the array's buffers live on.
+    #[getter]
+    fn device(&self) -> PyDevice {
+        PyDevice::of(
+            self.inner.device_type(),
+            self.inner.device_id(),
+            self.inner.device(),
+        )
+    }
+
+    /// The Arrow data type, as text (e.g. `Int64`, `Struct("a": Utf8)`).
+    #[getter(r#type)]
+    fn data_type(&self) -> String {
+        self.inner.data_type().to_string()
+    }
+
+    /// Number of nulls, or `None` when it is unknown.
+    #[getter]
+    fn null_count(&self) -> Option<usize> {
+        self.inner.null_count()
+    }
+
+    /// The array's offset into its buffers.
+    #[getter]
+    fn offset(&self) -> usize {
+        self.inner.offset()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// The array on `device`, copied there if it is not already (the copy's
+    /// completion travels as the new array's `sync_event`).
+    fn to(&self, py: Python<'_>, device: PyRef<'_, PyDevice>) -> PyResult<PyDeviceArray> {
+        let target = device.require()?.clone();
+        guard(|| {
+            py.detach(|| self.inner.to_device(&target))
+                .py()
+                .map(PyDeviceArray::new)
+        })
+    }
+
+    /// `(schema, device array)` capsules (spec: `__arrow_c_device_array__`),
+    /// zero-copy, with the producer's `sync_event`.
+    #[pyo3(signature = (requested_schema = None, **kwargs))]
+    fn __arrow_c_device_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        check_kwargs(kwargs)?;
+        guard(|| {
+            let array = self.requested(requested_schema)?;
+            let (device_array, schema) = array.export().py()?;
+            capsule::tuple_of(
+                py,
+                capsule::wrap(py, schema, ARROW_SCHEMA)?,
+                capsule::wrap(py, device_array, ARROW_DEVICE_ARRAY)?,
+            )
+        })
+    }
+
+    /// `(schema, array)` capsules (spec: `__arrow_c_array__`), for data the
+    /// host can read (after waiting on its event); zero-copy. Device data is
+    /// refused: copy it first with `.to(arrow_device.cpu())`.
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        guard(|| {
+            let array = self.requested(requested_schema)?;
+            if !array.device_type().is_cpu_accessible() {
+                return Err(PyValueError::new_err(format!(
+                    "__arrow_c_array__ hands out CPU pointers, and this array is on device type {} (id {}): use __arrow_c_device_array__, or copy it with .to(arrow_device.cpu())",
+                    array.device_type(),
+                    array.device_id()
+                )));
+            }
+            let host = py.detach(|| array.to_host()).py()?;
+            let (mut device_array, _) = export_array(host.as_ref()).py()?;
+            let c_array = std::mem::replace(&mut device_array.array, FFI_ArrowArray::empty());
+            let schema = export_field(array.field()).py()?;
+            capsule::tuple_of(
+                py,
+                capsule::wrap(py, schema, ARROW_SCHEMA)?,
+                capsule::wrap(py, c_array, ARROW_ARRAY)?,
+            )
+        })
+    }
+
+    /// The array's schema as a capsule (spec: `__arrow_c_schema__`).
+    fn __arrow_c_schema__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
+        let schema = export_field(self.inner.field()).py()?;
+        capsule::wrap(py, schema, ARROW_SCHEMA)
+    }
+
+    /// DLPack (array API standard): a capsule over the array's values, for
+    /// one-dimensional fixed-width numbers without nulls.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::dlpack::export(py, &self.inner, stream, max_version, dl_device, copy)
+    }
+
+    /// `(device type, device id)` as DLPack numbers them.
+    fn __dlpack_device__(&self) -> PyResult<(i32, i64)> {
+        crate::dlpack::device(&self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        let device = self.device().repr_text();
+        format!(
+            "DeviceArray(type={}, len={}, device={device})",
+            self.inner.data_type(),
+            self.inner.len()
+        )
+    }
+}
+
+impl PyDeviceArray {
+    fn requested(&self, requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<DeviceArray> {
+        match requested_field(requested_schema)? {
+            None => Ok(self.inner.clone()),
+            Some(field) => self.inner.to_representation(&field).py(),
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! PyCapsules of the Arrow PyCapsule interface (spec: PyCapsuleInterface.rst).
+//!
+//! Exported structs live inside the capsule; a consumer *moves* them out
+//! (bitwise copy, source marked released), and the capsule's destructor
+//! releases whatever is still there: an unconsumed capsule frees its struct.
+//! Imported structs are moved out of the producer's capsule the same way, so
+//! that its destructor finds them released.
+
+use std::ffi::CStr;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyTuple};
+
+/// Capsule names (spec: "PyCapsule Standard").
+pub const ARROW_SCHEMA: &CStr = c"arrow_schema";
+pub const ARROW_ARRAY: &CStr = c"arrow_array";
+pub const ARROW_ARRAY_STREAM: &CStr = c"arrow_array_stream";
+pub const ARROW_DEVICE_ARRAY: &CStr = c"arrow_device_array";
+pub const ARROW_DEVICE_ARRAY_STREAM: &CStr = c"arrow_device_array_stream";
+
+/// A capsule named `name` holding `value`, which it releases (by dropping
+/// it) unless a consumer moved it out.
+pub fn wrap<'py, T: Send + 'static>(
+    py: Python<'py>,
+    value: T,
+    name: &'static CStr,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    PyCapsule::new_with_value(py, value, name)
+}
+
+/// The struct pointer inside `obj`, which must be a capsule named `name`.
+/// Says what was found otherwise: another type, another name.
+pub fn pointer<T>(obj: &Bound<'_, PyAny>, name: &CStr) -> PyResult<*mut T> {
+    let expected = name.to_string_lossy();
+    let capsule = obj.cast::<PyCapsule>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "expected a PyCapsule named '{expected}', got {}",
+            type_name(obj)
+        ))
+    })?;
+    if !capsule.is_valid_checked(Some(name)) {
+        let found = match capsule.name() {
+            // SAFETY: the name is read and copied at once, with the GIL held.
+            Ok(Some(found)) => format!("'{}'", unsafe { found.as_cstr() }.to_string_lossy()),
+            _ => "no name".to_string(),
+        };
+        return Err(PyValueError::new_err(format!(
+            "expected a PyCapsule named '{expected}', got one with {found}"
+        )));
+    }
+    Ok(capsule.pointer_checked(Some(name))?.as_ptr().cast())
+}
+
+/// The two capsules a `__arrow_c_array__` / `__arrow_c_device_array__` call
+/// returns: `(schema, array)`, checked to be capsules with those names
+/// before either struct is moved out.
+pub fn pair<S, A>(
+    result: &Bound<'_, PyAny>,
+    method: &str,
+    array_name: &CStr,
+) -> PyResult<(*mut S, *mut A)> {
+    let tuple = result
+        .cast::<PyTuple>()
+        .ok()
+        .filter(|t| t.len() == 2)
+        .ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "{method}() must return a tuple of two PyCapsules (schema, array), got {}",
+                type_name(result)
+            ))
+        })?;
+    let schema = pointer::<S>(&tuple.get_item(0)?, ARROW_SCHEMA)?;
+    let array = pointer::<A>(&tuple.get_item(1)?, array_name)?;
+    Ok((schema, array))
+}
+
+/// `(schema, array)` as the tuple the protocol methods return.
+pub fn tuple_of<'py>(
+    py: Python<'py>,
+    schema: Bound<'py, PyCapsule>,
+    array: Bound<'py, PyCapsule>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, [schema, array])
+}
+
+/// `int`, `pyarrow.lib.Array`: for messages.
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .fully_qualified_name()
+        .map(|name| name.to_string())
+        .unwrap_or_else(|_| "an object of unknown type".to_string())
+}

@@ -1,0 +1,129 @@
+//! `arrow_device.Device`: a device type and id, with the library's
+//! implementation for it when there is one.
+
+use arrow_device::device::{self, emulated::EmulatedDevice, DeviceRef};
+use arrow_device::DeviceType;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// A device: `.type` (a `DeviceType`, or the plain integer for a type
+/// outside the spec's list) and `.id` (-1 for the CPU).
+#[pyclass(name = "Device", module = "arrow_device", frozen, eq, hash)]
+#[derive(Clone)]
+pub struct PyDevice {
+    device_type: DeviceType,
+    id: i64,
+    /// `None` for a device this library has no implementation of (an opaque
+    /// array's): its data can be described but not copied.
+    pub inner: Option<DeviceRef>,
+}
+
+impl PartialEq for PyDevice {
+    fn eq(&self, other: &Self) -> bool {
+        (self.device_type, self.id) == (other.device_type, other.id)
+    }
+}
+
+impl std::hash::Hash for PyDevice {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.device_type.0, self.id).hash(state);
+    }
+}
+
+impl PyDevice {
+    pub fn new(device: DeviceRef) -> Self {
+        PyDevice {
+            device_type: device.device_type(),
+            id: device.device_id(),
+            inner: Some(device),
+        }
+    }
+
+    /// The device an array reports, implemented here or not.
+    pub fn of(device_type: DeviceType, id: i64, inner: Option<&DeviceRef>) -> Self {
+        PyDevice {
+            device_type,
+            id,
+            inner: inner.cloned(),
+        }
+    }
+
+    /// The implementation, or a `TypeError` naming the device.
+    pub fn require(&self) -> PyResult<&DeviceRef> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| {
+                arrow_device::Error::NotSupported(format!(
+                    "no implementation for device type {} id {}",
+                    self.device_type, self.id
+                ))
+            })
+            .map_err(crate::errors::to_py)
+    }
+}
+
+/// `DeviceType(value)` from `arrow_device`, or the plain integer when the
+/// value is outside the enum.
+pub fn device_type_object(py: Python<'_>, device_type: DeviceType) -> PyResult<Py<PyAny>> {
+    let enum_class = py.import("arrow_device._types")?.getattr("DeviceType")?;
+    match enum_class.call1((device_type.0,)) {
+        Ok(member) => Ok(member.unbind()),
+        Err(_) => Ok(device_type.0.into_pyobject(py)?.into_any().unbind()),
+    }
+}
+
+#[pymethods]
+impl PyDevice {
+    /// The device type, as `arrow_device.DeviceType` (an `IntEnum`) or, for
+    /// a type outside the spec's list, as its integer.
+    #[getter(r#type)]
+    fn device_type(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        device_type_object(py, self.device_type)
+    }
+
+    /// The device id: -1 for the CPU, the ordinal for a GPU.
+    #[getter]
+    fn id(&self) -> i64 {
+        self.id
+    }
+
+    fn __repr__(&self) -> String {
+        self.repr_text()
+    }
+}
+
+impl PyDevice {
+    /// `Device(EXT_DEV, 0)`; an unnamed type shows its number.
+    pub fn repr_text(&self) -> String {
+        match self.device_type.name() {
+            Some(name) => format!("Device({name}, {})", self.id),
+            None => format!("Device({}, {})", self.device_type.0, self.id),
+        }
+    }
+}
+
+/// The CPU.
+#[pyfunction]
+pub fn cpu() -> PyDevice {
+    PyDevice::new(device::cpu())
+}
+
+/// The emulated asynchronous device `EXT_DEV` number `id` (0 to 1023): memory
+/// the host must not touch, copies on worker threads, real events. For
+/// testing device paths without a GPU.
+#[pyfunction]
+#[pyo3(signature = (id = 0))]
+pub fn emulated(id: i64) -> PyResult<PyDevice> {
+    let device = EmulatedDevice::global(id).ok_or_else(|| {
+        PyValueError::new_err(format!("emulated device ids are 0 to 1023, got {id}"))
+    })?;
+    let device: DeviceRef = device;
+    Ok(PyDevice::new(device))
+}
+
+/// The devices available in this process: the CPU and the emulated device
+/// 0 (any emulated id from 0 to 1023 can be had with `emulated(id)`).
+#[pyfunction]
+pub fn devices() -> PyResult<Vec<PyDevice>> {
+    Ok(vec![cpu(), emulated(0)?])
+}

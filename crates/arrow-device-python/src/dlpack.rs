@@ -1,0 +1,217 @@
+//! DLPack (Python array API standard, spec: dlpack-python-spec.rst) over the
+//! library's `arrow_device::dlpack`: capsules named `dltensor` (legacy) or
+//! `dltensor_versioned`, renamed `used_...` by the consumer that takes the
+//! tensor over. The tensor struct is not stored inside the capsule, because
+//! consumers keep its pointer after the capsule is gone: the capsule holds
+//! the pointer, and its destructor calls the tensor's deleter only while the
+//! capsule still has its unconsumed name.
+
+use std::ffi::{c_void, CStr};
+
+use arrow_device::dlpack::{
+    self, DLManagedTensor, DLManagedTensorVersioned, CAPSULE_NAME, USED_CAPSULE_NAME,
+    USED_VERSIONED_CAPSULE_NAME, VERSIONED_CAPSULE_NAME,
+};
+use arrow_device::DeviceArray;
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use crate::capsule::type_name;
+use crate::errors::{guard, to_py};
+
+/// `__dlpack_device__()`: `(device type, device id)` as dlpack.h numbers
+/// them (the library's `dlpack_device`: id 0 for host memory).
+pub fn device(array: &DeviceArray) -> PyResult<(i32, i64)> {
+    let device = dlpack::dlpack_device(array).map_err(dlpack_error)?;
+    Ok((device.device_type.0, i64::from(device.device_id)))
+}
+
+/// `__dlpack__(*, stream, max_version, dl_device, copy)`.
+///
+/// * `max_version` `(1, x)` or later gets a versioned capsule; `None` or an
+///   older one the legacy capsule (spec: "if max_version is None ... the
+///   producer should use the legacy").
+/// * `stream`: for the CPU and the emulated device it must be `None` or -1;
+///   the producer's event is waited on before the capsule is returned.
+/// * `dl_device` other than the array's, and `copy=True`, are refused with
+///   `BufferError`: this library copies between devices only when asked
+///   through `DeviceArray.to`.
+pub fn export<'py>(
+    py: Python<'py>,
+    array: &DeviceArray,
+    stream: Option<&Bound<'py, PyAny>>,
+    max_version: Option<(u32, u32)>,
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    guard(|| {
+        if let Some(stream) = stream.filter(|s| !s.is_none()) {
+            let value: Option<i64> = stream.extract().ok();
+            if value != Some(-1) {
+                return Err(PyValueError::new_err(format!(
+                    "stream must be None or -1 for device type {}, got {}",
+                    array.device_type(),
+                    stream
+                        .repr()
+                        .map(|r| r.to_string())
+                        .unwrap_or_else(|_| type_name(stream))
+                )));
+            }
+        }
+        let (device_type, device_id) = device(array)?;
+        if let Some((want_type, want_id)) = dl_device {
+            if (want_type, i64::from(want_id)) != (device_type, device_id) {
+                return Err(PyBufferError::new_err(format!(
+                    "the array is on DLPack device ({device_type}, {device_id}), not ({want_type}, {want_id}): copy it with DeviceArray.to first"
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "copy=True is not supported: DLPack export is zero-copy; copy with DeviceArray.to",
+            ));
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        let tensor = py
+            .detach(|| dlpack::export_dlpack(array, versioned))
+            .map_err(dlpack_error)?;
+        if versioned {
+            let raw = tensor.into_raw_versioned().map_err(dlpack_error)?;
+            // SAFETY: a tensor handed over by the library, owned by the
+            // capsule until a consumer renames it.
+            unsafe { new_capsule(py, raw.cast(), VERSIONED_CAPSULE_NAME, drop_versioned) }
+        } else {
+            let raw = tensor.into_raw_legacy().map_err(dlpack_error)?;
+            // SAFETY: as above.
+            unsafe { new_capsule(py, raw.cast(), CAPSULE_NAME, drop_legacy) }
+        }
+    })
+}
+
+/// What DLPack cannot carry is a `BufferError` (the array API's error for
+/// "cannot export"), with the library's message; other failures keep their
+/// usual mapping.
+fn dlpack_error(err: arrow_device::Error) -> PyErr {
+    match err {
+        arrow_device::Error::NotSupported(message) => PyBufferError::new_err(message),
+        other => to_py(other),
+    }
+}
+
+/// # Safety
+/// `pointer` is a tensor the new capsule owns; `destructor` matches its kind.
+unsafe fn new_capsule<'py>(
+    py: Python<'py>,
+    pointer: *mut c_void,
+    name: &'static CStr,
+    destructor: unsafe extern "C" fn(*mut ffi::PyObject),
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: a non-NULL pointer, a static name, and a destructor for it.
+    let capsule = unsafe { ffi::PyCapsule_New(pointer, name.as_ptr(), Some(destructor)) };
+    if capsule.is_null() {
+        // The capsule was not made: the tensor is still ours to free.
+        // SAFETY: per the contract, `destructor` frees this kind of tensor;
+        // the deleter runs through a fake capsule-free path below.
+        unsafe { delete_tensor(pointer, name) };
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference just returned by PyCapsule_New.
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
+}
+
+/// Calls the deleter of the tensor at `pointer`, of the kind `name` says.
+///
+/// # Safety
+/// `pointer` is an unconsumed tensor of that kind.
+unsafe fn delete_tensor(pointer: *mut c_void, name: &CStr) {
+    if name == VERSIONED_CAPSULE_NAME {
+        let tensor = pointer.cast::<DLManagedTensorVersioned>();
+        // SAFETY: per the contract.
+        if let Some(deleter) = unsafe { (*tensor).deleter } {
+            // SAFETY: the producer's deleter on its own tensor, once.
+            unsafe { deleter(tensor) };
+        }
+    } else {
+        let tensor = pointer.cast::<DLManagedTensor>();
+        // SAFETY: per the contract.
+        if let Some(deleter) = unsafe { (*tensor).deleter } {
+            // SAFETY: the producer's deleter on its own tensor, once.
+            unsafe { deleter(tensor) };
+        }
+    }
+}
+
+/// The capsule destructor: frees the tensor only if no consumer took it
+/// (spec: a consumer renames the capsule to `used_dltensor[_versioned]`).
+///
+/// # Safety
+/// `capsule` is a capsule made by `new_capsule` with `name`.
+unsafe fn drop_unconsumed(capsule: *mut ffi::PyObject, name: &CStr) {
+    // SAFETY: called by Python on the capsule being destroyed.
+    if unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } != 1 {
+        return; // renamed: the consumer owns the tensor
+    }
+    // SAFETY: valid with this name, so the pointer is our tensor.
+    let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) };
+    if !pointer.is_null() {
+        // SAFETY: unconsumed, ours to free.
+        unsafe { delete_tensor(pointer, name) };
+    }
+}
+
+unsafe extern "C" fn drop_legacy(capsule: *mut ffi::PyObject) {
+    // SAFETY: Python calls this on a capsule we made with this name.
+    let _ = std::panic::catch_unwind(|| unsafe { drop_unconsumed(capsule, CAPSULE_NAME) });
+}
+
+unsafe extern "C" fn drop_versioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: as above.
+    let _ =
+        std::panic::catch_unwind(|| unsafe { drop_unconsumed(capsule, VERSIONED_CAPSULE_NAME) });
+}
+
+/// `arrow_device.array(obj)` for an object with `__dlpack__`: asks for a
+/// versioned capsule (`max_version=(1, 1)`), retrying with no arguments for
+/// producers that predate it, and takes the tensor over (renaming the
+/// capsule, spec: "Consumer ... must rename the capsule").
+pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
+    let py = obj.py();
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("max_version", (1, 1))?;
+    let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+        Ok(capsule) => capsule,
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => obj.call_method0("__dlpack__")?,
+        Err(err) => return Err(err),
+    };
+    let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "__dlpack__() must return a PyCapsule, got {}",
+            type_name(obj)
+        ))
+    })?;
+    if capsule.is_valid_checked(Some(VERSIONED_CAPSULE_NAME)) {
+        let pointer = capsule.pointer_checked(Some(VERSIONED_CAPSULE_NAME))?;
+        rename(capsule, USED_VERSIONED_CAPSULE_NAME)?;
+        // SAFETY: an unconsumed versioned tensor, now ours (renamed).
+        return unsafe { dlpack::import_dlpack_versioned(pointer.as_ptr().cast()) }.map_err(to_py);
+    }
+    if capsule.is_valid_checked(Some(CAPSULE_NAME)) {
+        let pointer = capsule.pointer_checked(Some(CAPSULE_NAME))?;
+        rename(capsule, USED_CAPSULE_NAME)?;
+        // SAFETY: an unconsumed legacy tensor, now ours (renamed).
+        return unsafe { dlpack::import_dlpack(pointer.as_ptr().cast()) }.map_err(to_py);
+    }
+    Err(PyValueError::new_err(
+        "__dlpack__() returned a capsule that is neither 'dltensor' nor 'dltensor_versioned' (already consumed?)",
+    ))
+}
+
+fn rename(capsule: &Bound<'_, PyCapsule>, name: &'static CStr) -> PyResult<()> {
+    // SAFETY: a live capsule; the new name is static, as Python requires.
+    if unsafe { ffi::PyCapsule_SetName(capsule.as_ptr(), name.as_ptr()) } != 0 {
+        return Err(PyErr::fetch(capsule.py()));
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! How the library's errors reach Python, and the guard that keeps a panic
+//! from ever reaching it as `PanicException` (a `BaseException` that
+//! `except Exception` does not catch).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use arrow_device::Error;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::PyErr;
+
+/// The Python exception for a library error:
+/// * `ValueError`: a malformed struct or bad data (the message names the
+///   defect and where in the array tree it is);
+/// * `TypeError`: a valid request that this kind of data or device cannot
+///   serve (for example a device copy of an opaque device's array);
+/// * `RuntimeError`: a device call, or a foreign producer or consumer, failed.
+pub fn to_py(err: Error) -> PyErr {
+    match err {
+        Error::Invalid { .. } | Error::Arrow(_) => PyValueError::new_err(err.to_string()),
+        Error::NotSupported(message) => PyTypeError::new_err(message),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+/// Runs `f`, turning a panic into a `RuntimeError` instead of PyO3's
+/// `PanicException`.
+pub fn guard<T>(f: impl FnOnce() -> pyo3::PyResult<T>) -> pyo3::PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => Err(to_py(Error::from_panic(payload))),
+    }
+}
+
+/// Extension: `result.py()?` for library results.
+pub trait IntoPy<T> {
+    /// The result with a library error turned into its Python exception.
+    fn py(self) -> pyo3::PyResult<T>;
+}
+
+impl<T> IntoPy<T> for arrow_device::Result<T> {
+    fn py(self) -> pyo3::PyResult<T> {
+        self.map_err(to_py)
+    }
+}

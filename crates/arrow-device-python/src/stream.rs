@@ -1,0 +1,273 @@
+//! `arrow_device.DeviceStream` and `arrow_device.stream()`: the PyCapsule
+//! protocol for streams and device streams, both ways, over the library's
+//! sync device stream.
+
+use std::sync::Mutex;
+
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_device::abi::ArrowDeviceArrayStream;
+use arrow_device::schema::export_field;
+use arrow_device::stream::{
+    device_stream_from_ffi, export_device_arrays, ffi_stream_from_device, DeviceStreamReader,
+};
+use arrow_device::{same_data, DeviceArray, DeviceType, Error, ValidationLevel};
+use arrow_schema::Field;
+use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use crate::array::{check_kwargs, import_any, parse_level, requested_field, PyDeviceArray};
+use crate::capsule::{self, ARROW_ARRAY_STREAM, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
+use crate::device::device_type_object;
+use crate::errors::{guard, to_py, IntoPy};
+
+type Batches = Box<dyn Iterator<Item = arrow_device::Result<DeviceArray>> + Send>;
+
+/// A stream of `DeviceArray`s, read once: iterate it, or hand it on whole
+/// with `__arrow_c_device_stream__` / `__arrow_c_stream__` (pyarrow's
+/// `RecordBatchReader.from_stream`, `polars.DataFrame`, `duckdb.from_arrow`).
+#[pyclass(name = "DeviceStream", module = "arrow_device", frozen)]
+pub struct PyDeviceStream {
+    field: Field,
+    device_type: DeviceType,
+    /// `None` once handed on.
+    batches: Mutex<Option<Batches>>,
+}
+
+/// A Python iterator of array-likes, each converted with `array()`. A Python
+/// exception ends the stream as a producer error carrying its text, which a
+/// C consumer reads from `get_last_error`.
+struct PyBatches {
+    iterator: Py<PyAny>,
+    level: ValidationLevel,
+}
+
+impl Iterator for PyBatches {
+    type Item = arrow_device::Result<DeviceArray>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Python::attach(|py| {
+            let iterator = self.iterator.bind(py);
+            let item = match iterator.call_method0("__next__") {
+                Ok(item) => item,
+                Err(err) if err.is_instance_of::<PyStopIteration>(py) => return None,
+                Err(err) => return Some(Err(python_error(py, err))),
+            };
+            Some(import_any(&item, self.level).map_err(|err| python_error(py, err)))
+        })
+    }
+}
+
+/// A Python exception as the producer error a stream consumer sees.
+fn python_error(py: Python<'_>, err: PyErr) -> Error {
+    let type_name = err
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".to_string());
+    Error::Producer {
+        code: libc::EIO,
+        message: format!("{type_name}: {}", err.value(py)),
+    }
+}
+
+/// `arrow_device.stream(obj, *, validate="default")`: `obj` has
+/// `__arrow_c_device_stream__` or `__arrow_c_stream__` (called with no
+/// arguments), or is an iterable of array-likes (each converted with
+/// `array()`; the first one gives the stream its type and device type).
+#[pyfunction]
+#[pyo3(signature = (obj, *, validate = "default"))]
+pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream> {
+    let level = parse_level(validate)?;
+    guard(|| {
+        if obj.hasattr("__arrow_c_device_stream__")? {
+            let capsule = obj.call_method0("__arrow_c_device_stream__")?;
+            let ptr =
+                capsule::pointer::<ArrowDeviceArrayStream>(&capsule, ARROW_DEVICE_ARRAY_STREAM)?;
+            // SAFETY: a live capsule of that name holds a device stream;
+            // moving it out leaves it released for the capsule's destructor.
+            let reader = unsafe { DeviceStreamReader::from_raw(ptr, level) }.py()?;
+            return Ok(PyDeviceStream::from_reader(reader));
+        }
+        if obj.hasattr("__arrow_c_stream__")? {
+            let capsule = obj.call_method0("__arrow_c_stream__")?;
+            let ptr = capsule::pointer::<FFI_ArrowArrayStream>(&capsule, ARROW_ARRAY_STREAM)?;
+            // SAFETY: as above, for a C stream.
+            let c_stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr) };
+            let device_stream = device_stream_from_ffi(c_stream).py()?;
+            // SAFETY: the bridge passes the producer's stream through.
+            let reader = unsafe { DeviceStreamReader::try_new(device_stream, level) }.py()?;
+            return Ok(PyDeviceStream::from_reader(reader));
+        }
+        let Ok(iterator) = obj.try_iter() else {
+            return Err(PyTypeError::new_err(format!(
+                "expected an object with __arrow_c_device_stream__ or __arrow_c_stream__, or an iterable of arrays, got {}",
+                capsule::type_name(obj)
+            )));
+        };
+        let mut batches = PyBatches {
+            iterator: iterator.into_any().unbind(),
+            level,
+        };
+        let first = match batches.next() {
+            Some(first) => first.py()?,
+            None => {
+                return Err(PyValueError::new_err(
+                    "an empty iterable gives a stream no type: pass at least one array",
+                ))
+            }
+        };
+        Ok(PyDeviceStream {
+            field: first.field().clone(),
+            device_type: first.device_type(),
+            batches: Mutex::new(Some(Box::new(std::iter::once(Ok(first)).chain(batches)))),
+        })
+    })
+}
+
+impl PyDeviceStream {
+    fn from_reader(reader: DeviceStreamReader) -> Self {
+        PyDeviceStream {
+            field: reader.field().clone(),
+            device_type: reader.device_type(),
+            batches: Mutex::new(Some(Box::new(reader))),
+        }
+    }
+
+    /// The batches, taken for a consumer: a stream is read once.
+    fn take(&self) -> PyResult<Batches> {
+        self.batches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .ok_or_else(|| PyValueError::new_err("the stream was already handed on to a consumer"))
+    }
+
+    /// This stream as a device stream of `requested_schema`'s type (another
+    /// representation of the same data, converted batch by batch).
+    fn export(
+        &self,
+        requested_schema: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<ArrowDeviceArrayStream> {
+        let requested = requested_field(requested_schema)?;
+        if let Some(field) = &requested {
+            if !same_data(self.field.data_type(), field.data_type()) {
+                return Err(to_py(Error::invalid(
+                    &arrow_device::error::Path::root(),
+                    format!(
+                        "requested type {} is not another representation of {}",
+                        field.data_type(),
+                        self.field.data_type()
+                    ),
+                )));
+            }
+        }
+        let batches = self.take()?;
+        match requested {
+            None => export_device_arrays(self.field.clone(), self.device_type, batches).py(),
+            Some(field) => {
+                let target = field.clone();
+                let converted = batches.map(move |batch| batch?.to_representation(&target));
+                export_device_arrays(field, self.device_type, converted).py()
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl PyDeviceStream {
+    /// The device type of every batch (`DeviceType`, or its integer).
+    #[getter]
+    fn device_type(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        device_type_object(py, self.device_type)
+    }
+
+    /// The Arrow type of every batch, as text.
+    #[getter(r#type)]
+    fn data_type(&self) -> String {
+        self.field.data_type().to_string()
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self) -> PyResult<Option<PyDeviceArray>> {
+        guard(|| {
+            let mut batches = self
+                .batches
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some(iterator) = batches.as_mut() else {
+                return Err(PyValueError::new_err(
+                    "the stream was already handed on to a consumer",
+                ));
+            };
+            match iterator.next() {
+                None => Ok(None),
+                Some(batch) => batch.py().map(|b| Some(PyDeviceArray::new(b))),
+            }
+        })
+    }
+
+    /// A device stream capsule (spec: `__arrow_c_device_stream__`); the
+    /// stream is handed on, zero-copy.
+    #[pyo3(signature = (requested_schema = None, **kwargs))]
+    fn __arrow_c_device_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        check_kwargs(kwargs)?;
+        guard(|| {
+            let stream = self.export(requested_schema)?;
+            capsule::wrap(py, stream, ARROW_DEVICE_ARRAY_STREAM)
+        })
+    }
+
+    /// A C stream capsule (spec: `__arrow_c_stream__`) for CPU-accessible
+    /// data, so that pyarrow, polars and duckdb can read it; device data is
+    /// refused (never handed out as CPU pointers).
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        guard(|| {
+            if !self.device_type.is_cpu_accessible() {
+                return Err(PyValueError::new_err(format!(
+                    "__arrow_c_stream__ hands out CPU pointers, and this stream is on device type {}: use __arrow_c_device_stream__",
+                    self.device_type
+                )));
+            }
+            let device_stream = self.export(requested_schema)?;
+            let c_stream = if self.device_type == DeviceType::CPU {
+                ffi_stream_from_device(device_stream).py()?
+            } else {
+                // Pinned or managed memory: each batch is read after its
+                // event, zero-copy.
+                // SAFETY: our own export.
+                let reader =
+                    unsafe { DeviceStreamReader::try_new(device_stream, ValidationLevel::None) }
+                        .py()?;
+                FFI_ArrowArrayStream::new(Box::new(reader.into_record_batch_reader().py()?))
+            };
+            capsule::wrap(py, c_stream, ARROW_ARRAY_STREAM)
+        })
+    }
+
+    /// The stream's schema as a capsule (spec: `__arrow_c_schema__`).
+    fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
+        capsule::wrap(py, export_field(&self.field).py()?, ARROW_SCHEMA)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "DeviceStream(type={}, device_type={})",
+            self.field.data_type(),
+            self.device_type
+        )
+    }
+}
