@@ -182,13 +182,17 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     kwargs.set_item("max_version", (1, 1))?;
     let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
         Ok(capsule) => capsule,
-        Err(err) if err.is_instance_of::<PyTypeError>(py) => obj.call_method0("__dlpack__")?,
+        // Only a producer that predates max_version is asked again; a
+        // TypeError about the data (pyarrow raises one for nulls) stands.
+        Err(err) if err.is_instance_of::<PyTypeError>(py) && is_about_keywords(py, &err) => {
+            obj.call_method0("__dlpack__")?
+        }
         Err(err) => return Err(err),
     };
     let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
         PyTypeError::new_err(format!(
             "__dlpack__() must return a PyCapsule, got {}",
-            type_name(obj)
+            type_name(&capsule)
         ))
     })?;
     if capsule.is_valid_checked(Some(VERSIONED_CAPSULE_NAME)) {
@@ -206,6 +210,13 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     Err(PyValueError::new_err(
         "__dlpack__() returned a capsule that is neither 'dltensor' nor 'dltensor_versioned' (already consumed?)",
     ))
+}
+
+/// Whether a `TypeError` says the call's keyword arguments were not
+/// accepted ("unexpected keyword argument 'max_version'").
+fn is_about_keywords(py: Python<'_>, err: &PyErr) -> bool {
+    let text = err.value(py).to_string();
+    text.contains("keyword") || text.contains("max_version") || text.contains("argument")
 }
 
 fn rename(capsule: &Bound<'_, PyCapsule>, name: &'static CStr) -> PyResult<()> {

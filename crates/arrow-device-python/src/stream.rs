@@ -2,17 +2,21 @@
 //! protocol for streams and device streams, both ways, over the library's
 //! sync device stream.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_device::abi::ArrowDeviceArrayStream;
 use arrow_device::schema::export_field;
 use arrow_device::stream::{
-    device_stream_from_ffi, export_device_arrays, ffi_stream_from_device, DeviceStreamReader,
+    check_stream_array, device_stream_from_ffi, export_device_arrays, ffi_stream_from_device,
+    DeviceStreamReader,
 };
 use arrow_device::{same_data, DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::Field;
-use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyMemoryError, PyNotImplementedError, PyRuntimeError, PyStopIteration, PyTypeError,
+    PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
@@ -30,16 +34,50 @@ type Batches = Box<dyn Iterator<Item = arrow_device::Result<DeviceArray>> + Send
 pub struct PyDeviceStream {
     field: Field,
     device_type: DeviceType,
-    /// `None` once handed on.
+    /// `None` once handed on. Never waited for: a second reader (another
+    /// thread, or a producer calling back into its own stream) is refused
+    /// rather than blocked while holding the GIL.
     batches: Mutex<Option<Batches>>,
+    /// Where a Python-iterable source leaves the exception behind an error.
+    raised: Arc<Mutex<Option<PyErr>>>,
 }
 
-/// A Python iterator of array-likes, each converted with `array()`. A Python
-/// exception ends the stream as a producer error carrying its text, which a
-/// C consumer reads from `get_last_error`.
+/// Locks a mutex whose holder only moves a value in or out.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A Python iterator of array-likes, each converted with `array()` and
+/// checked to have the stream's type and device type. A Python exception
+/// ends the stream as a producer error carrying its text, which a C
+/// consumer reads from `get_last_error`.
 struct PyBatches {
-    iterator: Py<PyAny>,
+    /// `None` once dropped (see `Drop`).
+    iterator: Option<Py<PyAny>>,
+    /// The Python exception behind the last error, for a Python caller
+    /// iterating the stream (a C consumer gets its text).
+    raised: Arc<Mutex<Option<PyErr>>>,
     level: ValidationLevel,
+    field: Field,
+    device_type: DeviceType,
+    /// Batches read so far, the first included (for messages).
+    index: usize,
+}
+
+impl PyBatches {
+    /// The next array-like as a `DeviceArray`; `Ok(None)` at the end.
+    fn next_item(&mut self, py: Python<'_>) -> PyResult<Option<DeviceArray>> {
+        let Some(iterator) = &self.iterator else {
+            return Ok(None);
+        };
+        match iterator.bind(py).call_method0("__next__") {
+            Ok(item) => import_any(&item, self.level).map(Some),
+            Err(err) if err.is_instance_of::<PyStopIteration>(py) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
 }
 
 impl Iterator for PyBatches {
@@ -47,26 +85,53 @@ impl Iterator for PyBatches {
 
     fn next(&mut self) -> Option<Self::Item> {
         Python::attach(|py| {
-            let iterator = self.iterator.bind(py);
-            let item = match iterator.call_method0("__next__") {
-                Ok(item) => item,
-                Err(err) if err.is_instance_of::<PyStopIteration>(py) => return None,
-                Err(err) => return Some(Err(python_error(py, err))),
+            let batch = match self.next_item(py) {
+                Ok(batch) => batch?,
+                Err(err) => {
+                    let error = python_error(py, err.clone_ref(py));
+                    *lock(&self.raised) = Some(err);
+                    return Some(Err(error));
+                }
             };
-            Some(import_any(&item, self.level).map_err(|err| python_error(py, err)))
+            self.index += 1;
+            let checked =
+                check_stream_array(self.index, &batch, self.field.data_type(), self.device_type);
+            Some(checked.map(|()| batch))
         })
     }
 }
 
-/// A Python exception as the producer error a stream consumer sees.
+impl Drop for PyBatches {
+    /// Drops the Python iterator with the interpreter attached, so that it
+    /// (and what it holds) goes at once, also when the last owner is a C
+    /// consumer releasing the stream from a thread without the GIL.
+    fn drop(&mut self) {
+        if let Some(iterator) = self.iterator.take() {
+            Python::attach(move |_| drop(iterator));
+        }
+    }
+}
+
+/// A Python exception as the producer error a stream consumer sees: its
+/// type and text, and an errno by kind (what a bad value or type raises is
+/// `EINVAL`, so that pyarrow reports `ArrowInvalid`).
 fn python_error(py: Python<'_>, err: PyErr) -> Error {
     let type_name = err
         .get_type(py)
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "Exception".to_string());
+    let code = if err.is_instance_of::<PyValueError>(py) || err.is_instance_of::<PyTypeError>(py) {
+        libc::EINVAL
+    } else if err.is_instance_of::<PyMemoryError>(py) {
+        libc::ENOMEM
+    } else if err.is_instance_of::<PyNotImplementedError>(py) {
+        libc::ENOSYS
+    } else {
+        libc::EIO
+    };
     Error::Producer {
-        code: libc::EIO,
+        code,
         message: format!("{type_name}: {}", err.value(py)),
     }
 }
@@ -105,22 +170,31 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
                 capsule::type_name(obj)
             )));
         };
-        let mut batches = PyBatches {
-            iterator: iterator.into_any().unbind(),
-            level,
-        };
-        let first = match batches.next() {
-            Some(first) => first.py()?,
-            None => {
+        // The first array-like gives the stream its type; its errors are
+        // raised as they are.
+        let first = match iterator.call_method0("__next__") {
+            Ok(item) => import_any(&item, level)?,
+            Err(err) if err.is_instance_of::<PyStopIteration>(obj.py()) => {
                 return Err(PyValueError::new_err(
                     "an empty iterable gives a stream no type: pass at least one array",
                 ))
             }
+            Err(err) => return Err(err),
+        };
+        let raised = Arc::new(Mutex::new(None));
+        let rest = PyBatches {
+            iterator: Some(iterator.into_any().unbind()),
+            raised: raised.clone(),
+            level,
+            field: first.field().clone(),
+            device_type: first.device_type(),
+            index: 0,
         };
         Ok(PyDeviceStream {
             field: first.field().clone(),
             device_type: first.device_type(),
-            batches: Mutex::new(Some(Box::new(std::iter::once(Ok(first)).chain(batches)))),
+            batches: Mutex::new(Some(Box::new(std::iter::once(Ok(first)).chain(rest)))),
+            raised,
         })
     })
 }
@@ -131,14 +205,24 @@ impl PyDeviceStream {
             field: reader.field().clone(),
             device_type: reader.device_type(),
             batches: Mutex::new(Some(Box::new(reader))),
+            raised: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The batches' lock, or an error if another call holds it.
+    fn try_batches(&self) -> PyResult<std::sync::MutexGuard<'_, Option<Batches>>> {
+        match self.batches.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
+                "the stream is being read by another call (another thread, or its own producer): a stream is read by one reader at a time",
+            )),
         }
     }
 
     /// The batches, taken for a consumer: a stream is read once.
     fn take(&self) -> PyResult<Batches> {
-        self.batches
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.try_batches()?
             .take()
             .ok_or_else(|| PyValueError::new_err("the stream was already handed on to a consumer"))
     }
@@ -194,10 +278,7 @@ impl PyDeviceStream {
 
     fn __next__(&self) -> PyResult<Option<PyDeviceArray>> {
         guard(|| {
-            let mut batches = self
-                .batches
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut batches = self.try_batches()?;
             let Some(iterator) = batches.as_mut() else {
                 return Err(PyValueError::new_err(
                     "the stream was already handed on to a consumer",
@@ -205,7 +286,9 @@ impl PyDeviceStream {
             };
             match iterator.next() {
                 None => Ok(None),
-                Some(batch) => batch.py().map(|b| Some(PyDeviceArray::new(b))),
+                Some(Ok(batch)) => Ok(Some(PyDeviceArray::new(batch))),
+                // A Python source's own exception, as it was raised.
+                Some(Err(err)) => Err(lock(&self.raised).take().unwrap_or_else(|| to_py(err))),
             }
         })
     }

@@ -50,14 +50,15 @@ pub(crate) fn export_stream_batch(
     }
 }
 
-/// Exports (zero-copy) array `index` of a stream of `data_type` arrays on
-/// devices of `device_type`, refusing one of another type or device type.
-pub(crate) fn export_stream_array(
+/// Checks that array `index` of a stream of `data_type` arrays on devices of
+/// `device_type` is one (spec: every batch of a stream has the stream's
+/// schema and device type).
+pub fn check_stream_array(
     index: usize,
     array: &crate::DeviceArray,
     data_type: &arrow_schema::DataType,
     device_type: crate::DeviceType,
-) -> crate::Result<crate::ArrowDeviceArray> {
+) -> crate::Result<()> {
     if array.device_type() != device_type {
         return Err(stream_error(format!(
             "batch {index} is on device type {}, expected the stream's {device_type}",
@@ -70,5 +71,17 @@ pub(crate) fn export_stream_array(
             array.data_type()
         )));
     }
+    Ok(())
+}
+
+/// Exports (zero-copy) array `index` of a stream, refusing one of another
+/// type or device type ([`check_stream_array`]).
+pub(crate) fn export_stream_array(
+    index: usize,
+    array: &crate::DeviceArray,
+    data_type: &arrow_schema::DataType,
+    device_type: crate::DeviceType,
+) -> crate::Result<crate::ArrowDeviceArray> {
+    check_stream_array(index, array, data_type, device_type)?;
     Ok(array.export()?.0)
 }
