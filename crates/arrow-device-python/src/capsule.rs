@@ -32,10 +32,12 @@ pub fn wrap<'py, T: Send + 'static>(
 /// The struct pointer inside `obj`, which must be a capsule named `name`.
 /// Says what was found otherwise: another type, another name.
 pub fn pointer<T>(obj: &Bound<'_, PyAny>, name: &CStr) -> PyResult<*mut T> {
-    let expected = name.to_string_lossy();
+    // The name's text is built only for a message.
+    let expected = || name.to_string_lossy();
     let capsule = obj.cast::<PyCapsule>().map_err(|_| {
         PyTypeError::new_err(format!(
-            "expected a PyCapsule named '{expected}', got {}",
+            "expected a PyCapsule named '{}', got {}",
+            expected(),
             type_name(obj)
         ))
     })?;
@@ -46,7 +48,8 @@ pub fn pointer<T>(obj: &Bound<'_, PyAny>, name: &CStr) -> PyResult<*mut T> {
             _ => "no name".to_string(),
         };
         return Err(PyValueError::new_err(format!(
-            "expected a PyCapsule named '{expected}', got one with {found}"
+            "expected a PyCapsule named '{}', got one with {found}",
+            expected()
         )));
     }
     Ok(capsule.pointer_checked(Some(name))?.as_ptr().cast())

@@ -72,7 +72,7 @@ impl PyBatches {
         let Some(iterator) = &self.iterator else {
             return Ok(None);
         };
-        match iterator.bind(py).call_method0("__next__") {
+        match iterator.bind(py).call_method0(pyo3::intern!(py, "__next__")) {
             Ok(item) => import_any(&item, self.level).map(Some),
             Err(err) if err.is_instance_of::<PyStopIteration>(py) => Ok(None),
             Err(err) => Err(err),
@@ -145,8 +145,9 @@ fn python_error(py: Python<'_>, err: PyErr) -> Error {
 pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream> {
     let level = parse_level(validate)?;
     guard(|| {
-        if obj.hasattr("__arrow_c_device_stream__")? {
-            let capsule = obj.call_method0("__arrow_c_device_stream__")?;
+        let py = obj.py();
+        if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_device_stream__"))? {
+            let capsule = method.call0()?;
             let ptr =
                 capsule::pointer::<ArrowDeviceArrayStream>(&capsule, ARROW_DEVICE_ARRAY_STREAM)?;
             // SAFETY: a live capsule of that name holds a device stream;
@@ -154,8 +155,8 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
             let reader = unsafe { DeviceStreamReader::from_raw(ptr, level) }.py()?;
             return Ok(PyDeviceStream::from_reader(reader));
         }
-        if obj.hasattr("__arrow_c_stream__")? {
-            let capsule = obj.call_method0("__arrow_c_stream__")?;
+        if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_stream__"))? {
+            let capsule = method.call0()?;
             let ptr = capsule::pointer::<FFI_ArrowArrayStream>(&capsule, ARROW_ARRAY_STREAM)?;
             // SAFETY: as above, for a C stream.
             let c_stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr) };
