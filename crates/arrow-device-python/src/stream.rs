@@ -72,7 +72,10 @@ impl PyBatches {
         let Some(iterator) = &self.iterator else {
             return Ok(None);
         };
-        match iterator.bind(py).call_method0(pyo3::intern!(py, "__next__")) {
+        match iterator
+            .bind(py)
+            .call_method0(pyo3::intern!(py, "__next__"))
+        {
             Ok(item) => import_any(&item, self.level).map(Some),
             Err(err) if err.is_instance_of::<PyStopIteration>(py) => Ok(None),
             Err(err) => Err(err),
