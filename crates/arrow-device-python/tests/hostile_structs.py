@@ -250,8 +250,20 @@ def _words(data: bytes):
 # ---------------------------------------------------------------- trees
 
 
+class _Node:
+    """Builders shared by array and schema nodes."""
+
+    def with_children(self, *children):
+        self.children = list(children)
+        return self
+
+    def with_dictionary(self, dictionary):
+        self.dictionary = dictionary
+        return self
+
+
 @dataclass
-class ArrayNode:
+class ArrayNode(_Node):
     length: int
     null_count: int
     buffers: List[Optional[bytes]]
@@ -259,31 +271,15 @@ class ArrayNode:
     dictionary: Optional["ArrayNode"] = None
     offset: int = 0
 
-    def with_children(self, *children):
-        self.children = list(children)
-        return self
-
-    def with_dictionary(self, dictionary):
-        self.dictionary = dictionary
-        return self
-
 
 @dataclass
-class SchemaNode:
+class SchemaNode(_Node):
     format: Optional[bytes]
     name: Optional[bytes] = b""
     flags: int = NULLABLE
     children: List["SchemaNode"] = field(default_factory=list)
     dictionary: Optional["SchemaNode"] = None
     metadata: Optional[bytes] = None
-
-    def with_children(self, *children):
-        self.children = list(children)
-        return self
-
-    def with_dictionary(self, dictionary):
-        self.dictionary = dictionary
-        return self
 
     def non_nullable(self):
         self.flags &= ~NULLABLE
@@ -348,42 +344,57 @@ RELEASE_SCHEMA_CHILD = _child_release(ArrowSchema)
 RELEASE_ARRAY_CHILD = _child_release(ArrowArray)
 
 
+def _keep(tree, memory) -> int:
+    """The address of `memory`, which `tree` keeps alive."""
+    tree.memory.append(memory)
+    return ctypes.addressof(memory)
+
+
 def _cstring(tree, data: Optional[bytes]) -> Optional[int]:
-    if data is None:
-        return None
-    buf = ctypes.create_string_buffer(data)  # NUL-terminated
-    tree.memory.append(buf)
-    return ctypes.addressof(buf)
+    """NUL-terminated `data` (None: NULL)."""
+    return None if data is None else _keep(tree, ctypes.create_string_buffer(data))
+
+
+def _buffer(tree, data: Optional[bytes]) -> Optional[int]:
+    """8-byte-aligned `data` (None: NULL)."""
+    return None if data is None else _keep(tree, _words(data))
+
+
+def _pointers(tree, addresses) -> int:
+    """A C array of `addresses` (None: NULL)."""
+    return _keep(tree, (c_void_p * len(addresses))(*addresses))
+
+
+def _owned(struct, release, tree) -> int:
+    """Makes `struct` a child or dictionary of `tree`, released by `release`
+    and counted by its own id; returns its address."""
+    struct.release = fn_address(release)
+    struct.private_data = next(_ids)
+    _CHILD_COUNTS[struct.private_data] = [0]
+    tree.nodes.append(struct)
+    return ctypes.addressof(struct)
+
+
+def _owned_schema(node: SchemaNode, tree: _Tree) -> int:
+    return _owned(_schema_struct(node, tree), RELEASE_SCHEMA_CHILD, tree)
+
+
+def _owned_array(node: ArrayNode, tree: _Tree) -> int:
+    return _owned(_array_struct(node, tree), RELEASE_ARRAY_CHILD, tree)
 
 
 def _schema_struct(node: SchemaNode, tree: _Tree) -> ArrowSchema:
     s = ArrowSchema()
     s.format = _cstring(tree, node.format)
     s.name = _cstring(tree, node.name)
-    if node.metadata is not None:
-        buf = _words(node.metadata)
-        tree.memory.append(buf)
-        s.metadata = ctypes.addressof(buf)
+    s.metadata = _buffer(tree, node.metadata)
     s.flags = node.flags
     s.n_children = len(node.children)
     if node.children:
-        ptrs = (c_void_p * len(node.children))()
-        for i, child in enumerate(node.children):
-            ptrs[i] = ctypes.addressof(_owned_schema(child, tree))
-        tree.memory.append(ptrs)
-        s.children = ctypes.addressof(ptrs)
+        s.children = _pointers(tree, [_owned_schema(child, tree) for child in node.children])
     if node.dictionary is not None:
-        s.dictionary = ctypes.addressof(_owned_schema(node.dictionary, tree))
+        s.dictionary = _owned_schema(node.dictionary, tree)
     return s
-
-
-def _owned_schema(node, tree) -> ArrowSchema:
-    child = _schema_struct(node, tree)
-    child.release = fn_address(RELEASE_SCHEMA_CHILD)
-    child.private_data = next(_ids)
-    _CHILD_COUNTS[child.private_data] = [0]
-    tree.nodes.append(child)
-    return child
 
 
 def _array_struct(node: ArrayNode, tree: _Tree) -> ArrowArray:
@@ -394,32 +405,12 @@ def _array_struct(node: ArrayNode, tree: _Tree) -> ArrowArray:
     a.n_buffers = len(node.buffers)
     a.n_children = len(node.children)
     if node.buffers:
-        ptrs = (c_void_p * len(node.buffers))()
-        for i, data in enumerate(node.buffers):
-            if data is not None:
-                buf = _words(data)
-                tree.memory.append(buf)
-                ptrs[i] = ctypes.addressof(buf)
-        tree.memory.append(ptrs)
-        a.buffers = ctypes.addressof(ptrs)
+        a.buffers = _pointers(tree, [_buffer(tree, data) for data in node.buffers])
     if node.children:
-        ptrs = (c_void_p * len(node.children))()
-        for i, child in enumerate(node.children):
-            ptrs[i] = ctypes.addressof(_owned_array(child, tree))
-        tree.memory.append(ptrs)
-        a.children = ctypes.addressof(ptrs)
+        a.children = _pointers(tree, [_owned_array(child, tree) for child in node.children])
     if node.dictionary is not None:
-        a.dictionary = ctypes.addressof(_owned_array(node.dictionary, tree))
+        a.dictionary = _owned_array(node.dictionary, tree)
     return a
-
-
-def _owned_array(node, tree) -> ArrowArray:
-    child = _array_struct(node, tree)
-    child.release = fn_address(RELEASE_ARRAY_CHILD)
-    child.private_data = next(_ids)
-    _CHILD_COUNTS[child.private_data] = [0]
-    tree.nodes.append(child)
-    return child
 
 
 def child_ptr(parent, index: int) -> int:
@@ -571,33 +562,44 @@ def device_array_capsule(built, name=b"arrow_device_array"):
 # ---------------------------------------------------------------- producers
 
 
-class _Producer:
+class _Answering:
+    """What a producer's protocol method returns: `result` when set, else
+    what `_make()` makes, on every call (`same`: made once, then `cached`)."""
+
+    def __init__(self, result, same):
+        self.result = result
+        self.same = same
+        self.cached = None
+
+    def _answer(self):
+        if self.result is not None:
+            return self.result
+        if self.same:
+            if self.cached is None:
+                self.cached = self._make()
+            return self.cached
+        return self._make()
+
+
+class _Producer(_Answering):
     def __init__(self, built=None, result=None, schema_name=b"arrow_schema",
                  array_name=None, same_capsules=False):
+        super().__init__(result, same_capsules)
         self.built = built
-        self.result = result
         self.schema_name = schema_name
         self.array_name = array_name
-        self.same_capsules = same_capsules
-        self.cached = None
         self.calls = 0
 
     def _call(self):
         self.calls += 1
-        if self.result is not None:
-            return self.result
-        if self.same_capsules:
-            if self.cached is None:
-                self.cached = self._capsules()
-            return self.cached
-        return self._capsules()
+        return self._answer()
 
 
 class ArrayProducer(_Producer):
     """`__arrow_c_array__` over a built case: fresh capsules on every call
     (the same ones when `same_capsules`), or whatever `result` is."""
 
-    def _capsules(self):
+    def _make(self):
         return (schema_capsule(self.built, self.schema_name),
                 array_capsule(self.built, self.array_name or b"arrow_array"))
 
@@ -609,7 +611,7 @@ class DeviceArrayProducer(_Producer):
     """`__arrow_c_device_array__` over a built case (and no
     `__arrow_c_array__`)."""
 
-    def _capsules(self):
+    def _make(self):
         return (schema_capsule(self.built, self.schema_name),
                 device_array_capsule(self.built, self.array_name or b"arrow_device_array"))
 
@@ -673,12 +675,9 @@ class StreamState:
 
 
 def _get_schema(stream_address, out):
-    state = _state_any(stream_address)
+    state = _called(stream_address, "get_schema_calls")
     if state is None:
         return EINVAL
-    state.get_schema_calls += 1
-    if state.releases:
-        state.calls_after_release += 1
     if state.schema_error is not None:
         return state.fail(state.schema_error)
     if state.schema_left_released:
@@ -701,13 +700,22 @@ def _state_any(stream_address) -> Optional[StreamState]:
     return None
 
 
-def _get_next(stream_address, out, device):
+def _called(stream_address, calls: str) -> Optional[StreamState]:
+    """The state of the stream a callback was called on, with the call
+    counted in its `calls` counter (and in `calls_after_release` once
+    released); None for a stream that is not ours."""
     state = _state_any(stream_address)
+    if state is not None:
+        setattr(state, calls, getattr(state, calls) + 1)
+        if state.releases:
+            state.calls_after_release += 1
+    return state
+
+
+def _get_next(stream_address, out, device):
+    state = _called(stream_address, "get_next_calls")
     if state is None:
         return EINVAL
-    state.get_next_calls += 1
-    if state.releases:
-        state.calls_after_release += 1
     if state.on_next is not None:
         state.on_next()
     if state.fail_at is not None and state.index == state.fail_at:
@@ -851,29 +859,21 @@ def _dlpack_deleter(address):
 DLPACK_DELETER = RELEASE_FN(_dlpack_deleter)
 
 
-class DLPackProducer:
+class DLPackProducer(_Answering):
     """`__dlpack__` returning `result`, or the capsule of `tensor` (the same
     one on every call unless `same_capsule` is False)."""
 
     def __init__(self, tensor: Optional[Tensor] = None, result=None, same_capsule=True):
+        super().__init__(result, same_capsule)
         self.tensor = tensor
-        self.result = result
-        self.same_capsule = same_capsule
-        self.cached = None
         self.calls = []
 
     def _make(self):
-        if self.result is not None:
-            return self.result
-        if self.same_capsule:
-            if self.cached is None:
-                self.cached = self.tensor.capsule()
-            return self.cached
         return self.tensor.capsule()
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         self.calls.append(max_version)
-        return self._make()
+        return self._answer()
 
     def __dlpack_device__(self):
         return (CPU, 0)
@@ -884,4 +884,4 @@ class LegacyDLPackProducer(DLPackProducer):
 
     def __dlpack__(self, stream=None):
         self.calls.append("legacy")
-        return self._make()
+        return self._answer()

@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -264,6 +265,26 @@ def run_isolated(body: str, watchdog_s=None):
     )
 
 
+def read_in_two_threads(stream):
+    """Iterates `stream` from two threads at once: the lengths of the arrays
+    read and the exceptions raised, by both."""
+    out, errors = [], []
+
+    def read():
+        try:
+            for a in stream:
+                out.append(len(a))
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out, errors
+
+
 # ---------------------------------------------------------------- valid cases
 
 
@@ -361,7 +382,7 @@ def test_a_wrongly_named_capsule_is_a_value_error_and_stays_with_its_capsule(
     # NULL name: an explicit `None` must reach PyCapsule_New, not the default.
     p = cls(built, schema_name=schema_name, array_name=array_name)
     if array_name is None:
-        p._capsules = lambda: (
+        p._make = lambda: (
             h.schema_capsule(built, schema_name),
             h.releasing_capsule(built.device_array, None, ArrowArray.release.offset),
         )
@@ -441,18 +462,14 @@ def test_capsules_consumed_twice_are_released_and_rejected_the_second_time(via):
 
 
 @pytest.mark.parametrize("via", ["cpu", "device"])
-def test_a_released_array_struct_is_rejected_and_not_released_again(via):
+@pytest.mark.parametrize(
+    "which, struct_type, releases",
+    [("array", ArrowArray, (1, 0)), ("schema", ArrowSchema, (0, 1))],
+)
+def test_a_released_struct_is_rejected_and_not_released_again(which, struct_type, releases, via):
     built = int32().build()
-    h.release_at(ctypes.addressof(built.array), ArrowArray.release.offset)
-    assert built.releases() == (1, 0)
-    expect_invalid(built, "full", "array", "released", via=via)
-
-
-@pytest.mark.parametrize("via", ["cpu", "device"])
-def test_a_released_schema_struct_is_rejected_and_not_released_again(via):
-    built = int32().build()
-    h.release_at(ctypes.addressof(built.schema), ArrowSchema.release.offset)
-    assert built.releases() == (0, 1)
+    h.release_at(ctypes.addressof(getattr(built, which)), struct_type.release.offset)
+    assert built.releases() == releases
     expect_invalid(built, "full", "array", "released", via=via)
 
 
@@ -1409,22 +1426,11 @@ def test_pyarrow_reading_a_hostile_stream_through_us_sees_the_batch_error(device
 def test_two_threads_reading_one_hostile_stream_do_not_deadlock():
     run_isolated(
         watchdog_s=3, body="""
-        import threading, time
+        import time
         state = h.StreamState(utf8(), batches(*[utf8() for _ in range(20)]), device=True,
                               on_next=lambda: time.sleep(0.005))
         s = ad.stream(h.DeviceStreamProducer(state))
-        out, errors = [], []
-        def read():
-            try:
-                for a in s:
-                    out.append(len(a))
-            except Exception as e:
-                errors.append(e)
-        threads = [threading.Thread(target=read) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        out, errors = read_in_two_threads(s)
         assert len(out) + len(errors) >= 20 or errors, (out, errors)
         assert state.releases == 1
         """
@@ -1434,24 +1440,12 @@ def test_two_threads_reading_one_hostile_stream_do_not_deadlock():
 def test_two_threads_reading_one_python_iterable_stream_do_not_deadlock():
     run_isolated(
         watchdog_s=3, body="""
-        import threading, time
+        import time
         def slow():
             for _ in range(20):
                 time.sleep(0.005)
                 yield h.ArrayProducer(utf8().build())
-        s = ad.stream(slow())
-        out, errors = [], []
-        def read():
-            try:
-                for a in s:
-                    out.append(len(a))
-            except Exception as e:
-                errors.append(e)
-        threads = [threading.Thread(target=read) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        read_in_two_threads(ad.stream(slow()))
         """
     )
 

@@ -29,11 +29,11 @@ use arrow_device::dlpack::{
     dlpack_device, export_dlpack, export_dlpack_unsynchronized, import_dlpack,
     import_dlpack_versioned, DlpackTensor,
 };
-use arrow_device::{DeviceArray, ValidationLevel};
+use arrow_device::{DeviceArray, Result, ValidationLevel};
 use arrow_schema::DataType;
 use half::f16;
 
-use common::{assert_mentions, assert_same, device_array, emulated};
+use common::{assert_mentions, assert_same, device_array, emulated, Counters};
 
 fn cpu(array: &dyn Array) -> DeviceArray {
     device_array(array, ValidationLevel::Full)
@@ -47,35 +47,26 @@ const CPU: DLDevice = DLDevice {
 // ---------------------------------------------------------------------------
 // Counting deleters: a forwarder swapped into any managed struct.
 
+/// A managed struct's `manager_ctx` and `deleter`, which the counting
+/// wrapper swaps.
+type Slots<'a, M> = (
+    &'a mut *mut c_void,
+    &'a mut Option<unsafe extern "C" fn(*mut M)>,
+);
+
 /// The two managed structs, seen by the counting wrapper.
 trait Managed: Sized {
-    #[allow(clippy::type_complexity)]
-    fn slots(
-        &mut self,
-    ) -> (
-        &mut *mut c_void,
-        &mut Option<unsafe extern "C" fn(*mut Self)>,
-    );
+    fn slots(&mut self) -> Slots<'_, Self>;
 }
 
 impl Managed for DLManagedTensor {
-    fn slots(
-        &mut self,
-    ) -> (
-        &mut *mut c_void,
-        &mut Option<unsafe extern "C" fn(*mut Self)>,
-    ) {
+    fn slots(&mut self) -> Slots<'_, Self> {
         (&mut self.manager_ctx, &mut self.deleter)
     }
 }
 
 impl Managed for DLManagedTensorVersioned {
-    fn slots(
-        &mut self,
-    ) -> (
-        &mut *mut c_void,
-        &mut Option<unsafe extern "C" fn(*mut Self)>,
-    ) {
+    fn slots(&mut self) -> Slots<'_, Self> {
         (&mut self.manager_ctx, &mut self.deleter)
     }
 }
@@ -166,8 +157,30 @@ impl Spec {
         )
     }
 
+    /// Zeroed host data for `shape` values of `dtype`.
+    fn zeros(dtype: DLDataType, shape: &[i64]) -> Self {
+        let values: i64 = shape.iter().product();
+        let bytes = values as usize * usize::from(dtype.bits) * usize::from(dtype.lanes) / 8;
+        Spec::new(dtype, shape, Data::Host(vec![0; bytes]))
+    }
+
     fn strides(mut self, strides: &[i64]) -> Self {
         self.strides = Some(strides.to_vec());
+        self
+    }
+
+    fn byte_offset(mut self, byte_offset: u64) -> Self {
+        self.byte_offset = byte_offset;
+        self
+    }
+
+    /// The tensor as described on another device (the data pointer is not
+    /// checked against it).
+    fn on(mut self, device_type: DeviceType, device_id: i32) -> Self {
+        self.device = DLDevice {
+            device_type,
+            device_id,
+        };
         self
     }
 }
@@ -291,8 +304,24 @@ impl Spec {
     }
 }
 
+/// A one-column batch of `column`, exported by this crate and imported back
+/// with its root struct's releases counted.
+fn counted_batch(column: ArrayRef) -> (DeviceArray, Arc<Counters>) {
+    let batch = arrow_array::RecordBatch::try_from_iter([("x", column)]).unwrap();
+    common::counted_device_array(&batch, ValidationLevel::Full)
+}
+
+/// Imports a versioned tensor exported by this crate, with its deletes
+/// counted.
+fn import_back(tensor: DlpackTensor) -> (DeviceArray, Arc<AtomicUsize>) {
+    let raw = tensor.into_raw_versioned().unwrap();
+    let counter = count_deletes(raw);
+    // SAFETY: a live tensor of this crate, handed over once.
+    (unsafe { import_dlpack_versioned(raw) }.unwrap(), counter)
+}
+
 /// Imports a hand-made versioned tensor with its deletes counted.
-fn import_counted(spec: Spec) -> (arrow_device::Result<DeviceArray>, Arc<AtomicUsize>) {
+fn import_counted(spec: Spec) -> (Result<DeviceArray>, Arc<AtomicUsize>) {
     let raw = spec.versioned();
     let counter = count_deletes(raw);
     // SAFETY: a live tensor made above, handed over once.
@@ -343,9 +372,7 @@ fn every_supported_type_round_trips_through_both_structs() {
             let back = if versioned {
                 assert_eq!(tensor.version(), Some(DLPackVersion { major: 1, minor: 1 }));
                 assert_eq!(tensor.flags(), DLPACK_FLAG_BITMASK_READ_ONLY);
-                let raw = tensor.into_raw_versioned().unwrap();
-                // SAFETY: a live tensor of this crate, handed over once.
-                unsafe { import_dlpack_versioned(raw) }.unwrap()
+                import_back(tensor).0
             } else {
                 assert_eq!(tensor.version(), None);
                 assert_eq!(tensor.flags(), 0);
@@ -388,9 +415,7 @@ fn a_slice_exports_a_pointer_to_its_first_value() {
         // SAFETY: CPU memory of 4 i32 values, kept alive by `tensor`.
         let seen = unsafe { std::slice::from_raw_parts(t.data.cast::<i32>(), 4) };
         assert_eq!(seen, [3, 4, 5, 6]);
-        let raw = tensor.into_raw_versioned().unwrap();
-        // SAFETY: a live tensor of this crate, handed over once.
-        let back = unsafe { import_dlpack_versioned(raw) }.unwrap();
+        let (back, _) = import_back(tensor);
         assert_same(
             "slice",
             &values.slice(3, 4),
@@ -405,9 +430,7 @@ fn an_empty_array_exports_null_data_and_imports_back() {
     let tensor = export_dlpack(&cpu(&empty), true).unwrap();
     assert!(tensor.dl_tensor().data.is_null());
     assert_eq!(tensor.shape(), [0]);
-    let raw = tensor.into_raw_versioned().unwrap();
-    // SAFETY: a live tensor of this crate, handed over once.
-    let back = unsafe { import_dlpack_versioned(raw) }.unwrap();
+    let (back, _) = import_back(tensor);
     assert_same("empty", &empty, back.to_host().unwrap().as_ref());
 }
 
@@ -477,12 +500,7 @@ fn dlpack_device_reports_cpu_as_id_zero_and_devices_by_their_id() {
 
 #[test]
 fn into_raw_of_the_other_kind_is_an_error_that_deletes_the_tensor() {
-    let batch = arrow_array::RecordBatch::try_from_iter([(
-        "x",
-        Arc::new(Int8Array::from(vec![1, 2])) as ArrayRef,
-    )])
-    .unwrap();
-    let (imported, releases) = common::counted_device_array(&batch, ValidationLevel::Full);
+    let (imported, releases) = counted_batch(Arc::new(Int8Array::from(vec![1, 2])));
     let column = imported.children().remove(0);
     drop(imported);
     let tensor: DlpackTensor = export_dlpack(&column, false).unwrap();
@@ -508,21 +526,14 @@ fn into_raw_of_the_other_kind_is_an_error_that_deletes_the_tensor() {
 
 #[test]
 fn an_exported_tensor_keeps_the_producer_alive_until_its_deleter_runs_once() {
-    let batch = arrow_array::RecordBatch::try_from_iter([(
-        "x",
-        Arc::new(Int64Array::from(vec![10, 20, 30])) as ArrayRef,
-    )])
-    .unwrap();
-    let (imported, releases) = common::counted_device_array(&batch, ValidationLevel::Full);
+    let values: ArrayRef = Arc::new(Int64Array::from(vec![10, 20, 30]));
+    let (imported, releases) = counted_batch(values.clone());
     let column = imported.children().remove(0);
     let tensor = export_dlpack(&column, true).unwrap();
     drop((imported, column));
     assert_eq!(releases.array_releases(), 0, "the tensor holds the array");
 
-    let raw = tensor.into_raw_versioned().unwrap();
-    let tensor_deletes = count_deletes(raw);
-    // SAFETY: a live tensor of this crate, handed over once.
-    let back = unsafe { import_dlpack_versioned(raw) }.unwrap();
+    let (back, tensor_deletes) = import_back(tensor);
     let host = back.to_host().unwrap();
     drop(back);
     assert_eq!(
@@ -530,7 +541,7 @@ fn an_exported_tensor_keeps_the_producer_alive_until_its_deleter_runs_once() {
         0,
         "arrow-rs buffers still share the memory"
     );
-    assert_same("column", batch.column(0).as_ref(), host.as_ref());
+    assert_same("column", values.as_ref(), host.as_ref());
     drop(host);
     assert_eq!(deletes(&tensor_deletes), 1);
     assert_eq!(
@@ -542,12 +553,7 @@ fn an_exported_tensor_keeps_the_producer_alive_until_its_deleter_runs_once() {
 
 #[test]
 fn dropping_an_unhanded_tensor_calls_its_deleter() {
-    let batch = arrow_array::RecordBatch::try_from_iter([(
-        "x",
-        Arc::new(Int16Array::from(vec![1, 2])) as ArrayRef,
-    )])
-    .unwrap();
-    let (imported, releases) = common::counted_device_array(&batch, ValidationLevel::Full);
+    let (imported, releases) = counted_batch(Arc::new(Int16Array::from(vec![1, 2])));
     for versioned in [true, false] {
         drop(export_dlpack(&imported.children()[0], versioned).unwrap());
     }
@@ -593,7 +599,7 @@ fn every_import_error_names_the_defect_and_deletes_the_tensor_once() {
     let cases: Vec<(&str, Spec, &str)> = vec![
         (
             "ndim 2",
-            Spec::new(int32, &[2, 2], Data::Host(vec![0; 16])),
+            Spec::zeros(int32, &[2, 2]),
             "has 2 dimensions; an Arrow array is one-dimensional",
         ),
         (
@@ -603,33 +609,24 @@ fn every_import_error_names_the_defect_and_deletes_the_tensor_once() {
         ),
         (
             "lanes 2",
-            Spec::new(
+            Spec::zeros(
                 DLDataType {
                     code: type_code::FLOAT,
                     bits: 32,
                     lanes: 2,
                 },
                 &[2],
-                Data::Host(vec![0; 16]),
             ),
             "float32 has 2 lanes",
         ),
         (
             "bfloat16",
-            Spec::new(
-                DLDataType::new(type_code::BFLOAT, 16),
-                &[2],
-                Data::Host(vec![0; 4]),
-            ),
+            Spec::zeros(DLDataType::new(type_code::BFLOAT, 16), &[2]),
             "bfloat16 has no Arrow type",
         ),
         (
             "complex64",
-            Spec::new(
-                DLDataType::new(type_code::COMPLEX, 64),
-                &[1],
-                Data::Host(vec![0; 8]),
-            ),
+            Spec::zeros(DLDataType::new(type_code::COMPLEX, 64), &[1]),
             "complex64 has no Arrow type",
         ),
         (
@@ -644,17 +641,12 @@ fn every_import_error_names_the_defect_and_deletes_the_tensor_once() {
         ),
         (
             "bool off the CPU",
-            Spec {
-                device: DLDevice {
-                    device_type: DeviceType::CUDA,
-                    device_id: 0,
-                },
-                ..Spec::new(
-                    DLDataType::new(type_code::BOOL, 8),
-                    &[1],
-                    Data::Opaque(0x1000),
-                )
-            },
+            Spec::new(
+                DLDataType::new(type_code::BOOL, 8),
+                &[1],
+                Data::Opaque(0x1000),
+            )
+            .on(DeviceType::CUDA, 0),
             "is done on the CPU only",
         ),
     ];
@@ -694,14 +686,12 @@ fn a_null_pointer_is_an_error() {
 
 #[test]
 fn bool_tensors_are_copied_into_bit_packed_booleans() {
-    let spec = Spec {
-        byte_offset: 1,
-        ..Spec::new(
-            DLDataType::new(type_code::BOOL, 8),
-            &[5],
-            Data::Host(vec![9, 1, 0, 2, 1, 0]),
-        )
-    };
+    let spec = Spec::new(
+        DLDataType::new(type_code::BOOL, 8),
+        &[5],
+        Data::Host(vec![9, 1, 0, 2, 1, 0]),
+    )
+    .byte_offset(1);
     let (array, counter) = import_counted(spec);
     let array = array.unwrap();
     assert_eq!(
@@ -721,10 +711,8 @@ fn bool_tensors_are_copied_into_bit_packed_booleans() {
 fn a_misaligned_byte_offset_is_read_correctly() {
     let mut bytes = vec![0xAA];
     bytes.extend([1i32, -2, 3].iter().flat_map(|v| v.to_ne_bytes()));
-    let spec = Spec {
-        byte_offset: 1,
-        ..Spec::new(DLDataType::new(type_code::INT, 32), &[3], Data::Host(bytes))
-    };
+    let spec =
+        Spec::new(DLDataType::new(type_code::INT, 32), &[3], Data::Host(bytes)).byte_offset(1);
     let (array, _) = import_counted(spec);
     let array = array.unwrap();
     assert_eq!(
@@ -787,17 +775,12 @@ fn a_zero_length_tensor_with_null_data_is_an_empty_array() {
 
 #[test]
 fn a_tensor_on_an_unknown_device_is_described_but_not_read() {
-    let spec = Spec {
-        device: DLDevice {
-            device_type: DeviceType::VULKAN,
-            device_id: 3,
-        },
-        ..Spec::new(
-            DLDataType::new(type_code::FLOAT, 32),
-            &[8],
-            Data::Opaque(0xdead_0000),
-        )
-    };
+    let spec = Spec::new(
+        DLDataType::new(type_code::FLOAT, 32),
+        &[8],
+        Data::Opaque(0xdead_0000),
+    )
+    .on(DeviceType::VULKAN, 3);
     let (array, counter) = import_counted(spec);
     let array = array.unwrap();
     assert_eq!(
@@ -848,10 +831,7 @@ fn an_emulated_device_array_round_trips_without_host_access() {
         t.data.cast_const(),
         on_device.buffers()[1].ptr.wrapping_add(5 * 8).cast()
     );
-    let raw = tensor.into_raw_versioned().unwrap();
-    let counter = count_deletes(raw);
-    // SAFETY: a live tensor of this crate, handed over once.
-    let back = unsafe { import_dlpack_versioned(raw) }.unwrap();
+    let (back, counter) = import_back(tensor);
     assert_eq!(
         (back.device_type(), back.device_id()),
         (DeviceType::EXT_DEV, 0)
@@ -878,19 +858,14 @@ fn a_hand_made_ext_dev_tensor_is_read_through_the_device() {
     unsafe { device.copy_from_host(bytes.as_ptr(), buffer.as_ptr(), bytes.len(), &stream) }
         .unwrap();
     device.synchronize_stream(&stream).unwrap();
-    let spec = Spec {
-        device: DLDevice {
-            device_type: DeviceType::EXT_DEV,
-            device_id: 1,
-        },
-        // Skip the first value through byte_offset.
-        byte_offset: 4,
-        ..Spec::new(
-            DLDataType::new(type_code::FLOAT, 32),
-            &[4],
-            Data::Device(buffer),
-        )
-    };
+    let spec = Spec::new(
+        DLDataType::new(type_code::FLOAT, 32),
+        &[4],
+        Data::Device(buffer),
+    )
+    .on(DeviceType::EXT_DEV, 1)
+    // Skip the first value.
+    .byte_offset(4);
     let (array, counter) = import_counted(spec);
     let array = array.unwrap();
     assert_eq!(
@@ -917,79 +892,58 @@ struct CountingWaits {
     host_waits: AtomicUsize,
 }
 
+/// Writes `Device` methods that hand every argument to `self.inner`
+/// unchanged; the `unsafe` ones pass their caller's contract on as it is.
+macro_rules! forward_to_inner {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {$(
+        fn $name(&self $(, $arg: $ty)*) -> $ret {
+            self.inner.$name($($arg),*)
+        }
+    )*};
+    ($(unsafe fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {$(
+        unsafe fn $name(&self $(, $arg: $ty)*) -> $ret {
+            // SAFETY: `self.inner` is given what our caller vouched for.
+            unsafe { self.inner.$name($($arg),*) }
+        }
+    )*};
+}
+
+/// Every method but `synchronize_sync_event` (counted) and `as_any` goes to
+/// the wrapped device.
 impl Device for CountingWaits {
-    fn device_type(&self) -> DeviceType {
-        self.inner.device_type()
-    }
-    fn device_id(&self) -> i64 {
-        self.inner.device_id()
-    }
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
-    fn allocate(&self, len: usize) -> arrow_device::Result<DeviceBuffer> {
-        self.inner.allocate(len)
-    }
-    fn create_stream(&self) -> arrow_device::Result<Stream> {
-        self.inner.create_stream()
-    }
-    fn create_event(&self) -> arrow_device::Result<Event> {
-        self.inner.create_event()
-    }
-    fn record_event(&self, event: &Event, stream: &Stream) -> arrow_device::Result<()> {
-        self.inner.record_event(event, stream)
-    }
-    fn synchronize_stream(&self, stream: &Stream) -> arrow_device::Result<()> {
-        self.inner.synchronize_stream(stream)
-    }
-    unsafe fn stream_wait_sync_event(
-        &self,
-        stream: &Stream,
-        sync_event: *mut c_void,
-    ) -> arrow_device::Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.inner.stream_wait_sync_event(stream, sync_event) }
-    }
-    unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> arrow_device::Result<()> {
+
+    unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()> {
         if !sync_event.is_null() {
             self.host_waits.fetch_add(1, Ordering::SeqCst);
         }
         // SAFETY: forwarded contract.
         unsafe { self.inner.synchronize_sync_event(sync_event) }
     }
-    unsafe fn copy_from_host(
-        &self,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-        stream: &Stream,
-    ) -> arrow_device::Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.inner.copy_from_host(src, dst, len, stream) }
+
+    forward_to_inner! {
+        fn device_type(&self) -> DeviceType;
+        fn device_id(&self) -> i64;
+        fn allocate(&self, len: usize) -> Result<DeviceBuffer>;
+        fn create_stream(&self) -> Result<Stream>;
+        fn create_event(&self) -> Result<Event>;
+        fn record_event(&self, event: &Event, stream: &Stream) -> Result<()>;
+        fn synchronize_stream(&self, stream: &Stream) -> Result<()>;
     }
-    unsafe fn copy_to_host(
-        &self,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-        stream: &Stream,
-    ) -> arrow_device::Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.inner.copy_to_host(src, dst, len, stream) }
-    }
-    unsafe fn copy_device_to_device(
-        &self,
-        src_device: &dyn Device,
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-        stream: &Stream,
-    ) -> arrow_device::Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe {
-            self.inner
-                .copy_device_to_device(src_device, src, dst, len, stream)
-        }
+
+    forward_to_inner! {
+        unsafe fn stream_wait_sync_event(&self, stream: &Stream, sync_event: *mut c_void)
+            -> Result<()>;
+        unsafe fn copy_from_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream)
+            -> Result<()>;
+        unsafe fn copy_to_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream)
+            -> Result<()>;
+        unsafe fn copy_device_to_device(
+            &self, src_device: &dyn Device,
+            src: *const u8, dst: *mut u8, len: usize, stream: &Stream,
+        ) -> Result<()>;
     }
 }
 
