@@ -9,6 +9,10 @@
 //! * `arrow-device-minimal`, `arrow-device-none`: the same at the lower
 //!   validation levels, for reference.
 //!
+//! `schema_export_100cols` times the schema half of a batch export alone:
+//! arrow-rs' `FFI_ArrowSchema::try_from(&Schema)` against this crate's
+//! `export_schema`, each released at once.
+//!
 //! Run `cargo bench -p arrow-device --bench ffi`, then
 //! `python3 scripts/bench-table.py` for the Markdown table of medians.
 
@@ -16,7 +20,9 @@ use std::hint::black_box;
 
 use arrow_array::ffi::{from_ffi, to_ffi};
 use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
+use arrow_device::schema::export_schema;
 use arrow_device::{export_array, export_record_batch, DeviceArray, ValidationLevel};
+use arrow_schema::ffi::FFI_ArrowSchema;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 mod common;
@@ -89,12 +95,27 @@ fn bench_batch(c: &mut Criterion, name: &str, batch: &RecordBatch) {
     group.finish();
 }
 
+/// The schema half of a batch export alone: arrow-rs' writer against this
+/// crate's, each export dropped (released) at once.
+fn bench_schema_export(c: &mut Criterion, name: &str, batch: &RecordBatch) {
+    let schema = batch.schema();
+    let mut group = configure(c, name);
+    group.bench_function("arrow-rs", |b| {
+        b.iter(|| FFI_ArrowSchema::try_from(black_box(schema.as_ref())).expect("exportable"))
+    });
+    group.bench_function("arrow-device", |b| {
+        b.iter(|| export_schema(black_box(schema.as_ref())).expect("exportable"))
+    });
+    group.finish();
+}
+
 fn round_trips(c: &mut Criterion) {
     bench_array(c, "primitive_1k", &int64s(1024));
     bench_array(c, "primitive_1m", &int64s(1 << 20));
     bench_array(c, "utf8_1k", &strings(1024));
     bench_array(c, "utf8_100k", &strings(100_000));
     bench_batch(c, "batch_100cols_1k", &mixed_batch(100, 1024));
+    bench_schema_export(c, "schema_export_100cols", &mixed_batch(100, 1024));
 }
 
 criterion_group!(benches, round_trips);

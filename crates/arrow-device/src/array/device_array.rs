@@ -533,7 +533,7 @@ impl DeviceArray {
     /// alive; `sync_event` is the producer's, still owned by this tree.
     pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
         let device = self.require_device()?;
-        let schema = FFI_ArrowSchema::try_from(self.field())?;
+        let schema = crate::schema::export_field(self.field())?;
         let keep: KeepAlive = self.storage.clone();
         Ok((
             export_node(self.node(), keep, device.as_ref(), self.storage.sync_event),

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch, StructArray};
 use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
-use arrow_schema::ffi::Flags;
 use arrow_schema::DataType;
 
 use crate::abi::{raw, ArrowDeviceArray, FFI_ArrowSchema};
@@ -40,6 +39,7 @@ use crate::array::layout;
 use crate::array::node::{self, Node};
 use crate::device::{self, DeviceRef};
 use crate::error::Result;
+use crate::schema;
 
 /// What keeps an exported tree's memory valid; every node's private data
 /// holds a reference, so children moved out by a consumer stay valid after
@@ -65,7 +65,7 @@ pub fn export_array_to(
 /// Exports `batch` as a struct array zero-copy on the CPU; the schema's
 /// metadata travels as the struct's metadata.
 pub fn export_record_batch(batch: &RecordBatch) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-    let schema = FFI_ArrowSchema::try_from(batch.schema_ref().as_ref())?;
+    let schema = schema::export_schema(batch.schema_ref())?;
     Ok((export_batch_array(batch), schema))
 }
 
@@ -88,7 +88,7 @@ pub fn export_record_batch_to(
     batch: &RecordBatch,
     device: &DeviceRef,
 ) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-    let schema = FFI_ArrowSchema::try_from(batch.schema_ref().as_ref())?;
+    let schema = schema::export_schema(batch.schema_ref())?;
     Ok((export_batch_array_to(batch, device)?, schema))
 }
 
@@ -96,7 +96,7 @@ pub fn export_record_batch_to(
 /// (`name` is optional, spec: "ArrowSchema.name"). Going through a `Field`
 /// would cost a name string, a metadata pass and a `Field` per export.
 fn nullable_schema(data_type: &DataType) -> Result<FFI_ArrowSchema> {
-    Ok(FFI_ArrowSchema::try_from(data_type)?.with_flags(Flags::NULLABLE)?)
+    schema::export_data_type(data_type, true)
 }
 
 fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArray> {

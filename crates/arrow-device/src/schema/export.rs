@@ -1,46 +1,44 @@
-//! Export of arrow-rs fields and schemas as `ArrowSchema` structs.
+//! Export of arrow-rs fields, schemas and types as `ArrowSchema` structs,
+//! through this crate's own writer ([`super::writer`]).
 //!
-//! arrow-rs' `FFI_ArrowSchema::try_from` writes the structs; it is correct for
-//! every type that arrow-rs can represent (the tests of this module round-trip
-//! each one). What it does not do is refuse a [`DataType`] that has no valid C
-//! Data Interface form, such as a dictionary with a string index, a negative
-//! fixed size, a decimal precision of 0 or a map with nullable keys: it writes
-//! a struct that conforming consumers (this crate's importer included) reject.
-//! So each export is read back by the importer before it is handed out, and a
-//! type that cannot travel fails here, on the producer's side, with the path
-//! of the offending node.
+//! A [`DataType`] that has no valid C Data Interface form is refused here, on
+//! the producer's side, with [`Error::NotSupported`](crate::Error) naming the
+//! node's path and type: a dictionary with a non-integer index, a negative
+//! fixed size, a decimal precision out of range for its width, a time unit
+//! its width cannot hold, a map with nullable keys, run ends that are not
+//! non-nullable Int16/32/64, and names or time zones with a NUL byte.
+//! arrow-rs would write some of these as structs that conforming consumers
+//! (this crate's importer included) reject.
 //!
 //! [`DataType`]: arrow_schema::DataType
 
-use arrow_schema::{Field, Schema};
+use arrow_schema::{DataType, Field, Schema};
 
-use super::import::{import_field, import_schema};
+use super::writer::{self, Node};
 use crate::abi::FFI_ArrowSchema;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Exports `field` (name, type, nullability, dictionary ordering, metadata)
 /// as an owned `ArrowSchema`, released when dropped or by its consumer.
 pub fn export_field(field: &Field) -> Result<FFI_ArrowSchema> {
-    let schema = FFI_ArrowSchema::try_from(field)?;
-    import_field(&schema).map_err(refused)?;
-    Ok(schema)
+    writer::write(Node::field(field))
 }
 
 /// Exports `schema` as a struct (`+s`) whose children are its fields and whose
-/// metadata is the schema's metadata, as a record batch's schema travels.
+/// metadata is the schema's metadata, as a record batch's schema travels. The
+/// root has no name and no flags, as arrow-rs writes it.
 pub fn export_schema(schema: &Schema) -> Result<FFI_ArrowSchema> {
-    let exported = FFI_ArrowSchema::try_from(schema)?;
-    import_schema(&exported).map_err(refused)?;
-    Ok(exported)
+    // Cloning `Fields` clones one Arc.
+    let root = DataType::Struct(schema.fields().clone());
+    writer::write(Node {
+        metadata: Some(&schema.metadata),
+        ..Node::data_type(&root, false)
+    })
 }
 
-/// Says that the defect was found on export.
-fn refused(err: Error) -> Error {
-    match err {
-        Error::Invalid { path, message } => Error::Invalid {
-            path,
-            message: format!("{message} (this type cannot be exported to the C Data Interface)"),
-        },
-        other => other,
-    }
+/// Exports a bare type: no name, no metadata, `nullable` as the flag. The
+/// schema of an exported array, whose `name` is optional (spec:
+/// "ArrowSchema.name").
+pub(crate) fn export_data_type(data_type: &DataType, nullable: bool) -> Result<FFI_ArrowSchema> {
+    writer::write(Node::data_type(data_type, nullable))
 }

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::ffi::c_char;
 
+use arrow_schema::Metadata;
+
 /// Decodes the metadata string at `ptr` (NULL means no metadata).
 ///
 /// Rejects negative counts and lengths and keys or values that are not UTF-8.
@@ -47,28 +49,60 @@ pub unsafe fn decode(ptr: *const c_char) -> Result<HashMap<String, String>, Stri
 /// Returns an error when there are more pairs, or a longer key or value, than
 /// an int32 can count.
 pub fn encode(metadata: &HashMap<String, String>) -> Result<Vec<u8>, String> {
-    let int32 = |n: usize, what: &dyn Fn() -> String| {
-        i32::try_from(n)
-            .map(i32::to_ne_bytes)
-            .map_err(|_| format!("{} is {n} long, more than an int32 can state", what()))
-    };
     let mut pairs: Vec<_> = metadata.iter().collect();
     pairs.sort_unstable();
-    let size = 4 + pairs
-        .iter()
-        .map(|(k, v)| 8 + k.len() + v.len())
-        .sum::<usize>();
-    let mut out = Vec::with_capacity(size);
-    out.extend(int32(pairs.len(), &|| "the metadata".to_string())?);
+    let mut out = Vec::with_capacity(pairs_len(pairs.iter().copied())?);
+    write_pairs(pairs.len(), pairs, |bytes| out.extend_from_slice(bytes))?;
+    Ok(out)
+}
+
+/// The length of the encoding of a field's metadata (already sorted by key),
+/// or why it has none.
+pub(crate) fn encoded_len(metadata: &Metadata) -> Result<usize, String> {
+    pairs_len(metadata.iter())
+}
+
+/// Hands the encoding of a field's metadata to `sink` piece by piece, without
+/// building it in a buffer of its own (the schema exporter writes it straight
+/// into its shared block).
+pub(crate) fn write_encoded(metadata: &Metadata, sink: impl FnMut(&[u8])) -> Result<(), String> {
+    write_pairs(metadata.len(), metadata.iter(), sink)
+}
+
+fn pairs_len<'a>(pairs: impl Iterator<Item = (&'a String, &'a String)>) -> Result<usize, String> {
+    let (mut count, mut size) = (0, 4);
     for (key, value) in pairs {
-        out.extend(int32(key.len(), &|| format!("metadata key {key:?}"))?);
-        out.extend_from_slice(key.as_bytes());
-        out.extend(int32(value.len(), &|| {
+        int32(key.len(), &|| format!("metadata key {key:?}"))?;
+        int32(value.len(), &|| format!("metadata value of {key:?}"))?;
+        size += 8 + key.len() + value.len();
+        count += 1;
+    }
+    int32(count, &|| "the metadata".to_string())?;
+    Ok(size)
+}
+
+fn write_pairs<'a>(
+    count: usize,
+    pairs: impl IntoIterator<Item = (&'a String, &'a String)>,
+    mut sink: impl FnMut(&[u8]),
+) -> Result<(), String> {
+    sink(&int32(count, &|| "the metadata".to_string())?);
+    for (key, value) in pairs {
+        sink(&int32(key.len(), &|| format!("metadata key {key:?}"))?);
+        sink(key.as_bytes());
+        sink(&int32(value.len(), &|| {
             format!("metadata value of {key:?}")
         })?);
-        out.extend_from_slice(value.as_bytes());
+        sink(value.as_bytes());
     }
-    Ok(out)
+    Ok(())
+}
+
+/// `n` as the spec's native-endian int32, or an error naming `what`.
+fn int32(n: usize, what: &dyn Fn() -> String) -> Result<[u8; 4], String> {
+    i32::try_from(n)
+        .map(i32::to_ne_bytes)
+        .map_err(|_| format!("{} is {n} long, more than an int32 can state", what()))
 }
 
 struct Reader {

@@ -9,8 +9,12 @@
 //!   was expected: released or NULL members, bad UTF-8, wrong child counts,
 //!   bad dictionary index types, bad metadata, cycles and nesting deeper than
 //!   [`MAX_NESTING_DEPTH`].
-//! * [`export_field`] / [`export_schema`] write owned structs through arrow-rs
-//!   and refuse types that have no valid C form.
+//! * [`export_field`] / [`export_schema`] write owned structs with this
+//!   crate's writer: a whole tree in at most four heap allocations whatever
+//!   its width, format strings as [`write_format`] writes them, metadata in
+//!   [`encode_metadata`]'s encoding.
+//!   Types that have no valid C form are refused with
+//!   [`Error::NotSupported`](crate::Error::NotSupported), naming the node.
 //!
 //! ```
 //! use arrow_device::schema::{export_field, import_field, parse_format};
@@ -45,9 +49,11 @@ mod import;
 pub(crate) mod metadata;
 #[cfg(test)]
 mod tests;
+mod writer;
 
+pub(crate) use export::export_data_type;
 pub use export::{export_field, export_schema};
-pub use format::{parse_format, ParsedFormat};
+pub use format::{parse_format, write_format, ParsedFormat};
 pub use import::{import_field, import_schema, MAX_NESTING_DEPTH, MAX_SCHEMA_NODES};
 pub use metadata::{decode as decode_metadata, encode as encode_metadata};
 

@@ -7,6 +7,7 @@ mod format;
 mod hand_built;
 mod malformed_structs;
 mod malformed_types;
+mod release;
 mod round_trip;
 
 use std::collections::HashMap;

@@ -285,24 +285,43 @@ fn an_empty_time_zone_imports_as_none() {
 #[test]
 fn types_without_a_valid_c_form_are_refused_on_export() {
     let refused = |data_type: DataType| {
-        export_field(&Field::new("x", data_type, true))
+        let err = export_field(&Field::new("x", data_type, true))
             .map(|_| ())
-            .unwrap_err()
-            .to_string()
+            .unwrap_err();
+        assert!(matches!(err, Error::NotSupported(_)), "{err:?}");
+        assert_eq!(err.errno(), libc::ENOSYS);
+        err.to_string()
     };
     assert_eq!(
         refused(dictionary(DataType::Utf8, DataType::Int32)),
-        "array: format \"u\" (Utf8) has a dictionary, but a dictionary index must be a signed or unsigned \
-         integer (\"c\", \"C\", \"s\", \"S\", \"i\", \"I\", \"l\" or \"L\") (this type cannot be exported to \
-         the C Data Interface)"
+        "not supported: array: Dictionary(Utf8, Int32) cannot be exported to the C Data Interface: \
+         dictionary index type Utf8 is not an integer, expected a signed or unsigned integer (Int8 \
+         to UInt64)"
     );
     assert_eq!(
         refused(DataType::FixedSizeBinary(-1)),
-        "array: format \"w:-1\" has a negative byte width -1, expected >= 0 (this type cannot be exported \
-         to the C Data Interface)"
+        "not supported: array: FixedSizeBinary(-1) cannot be exported to the C Data Interface: \
+         negative byte width -1, expected >= 0"
     );
-    assert!(refused(DataType::Decimal128(0, 0)).contains("decimal precision 0, expected 1 to 38"));
-    assert!(refused(DataType::Decimal32(10, 0)).contains("decimal precision 10, expected 1 to 9"));
+    let item = Arc::new(Field::new("item", DataType::Int8, true));
+    assert!(refused(DataType::FixedSizeList(item, -2))
+        .ends_with("negative list size -2, expected >= 0"));
+    assert!(refused(DataType::Decimal128(0, 0))
+        .ends_with("decimal precision 0, expected 1 to 38 for a 128-bit decimal"));
+    assert!(refused(DataType::Decimal32(10, 0))
+        .ends_with("decimal precision 10, expected 1 to 9 for a 32-bit decimal"));
+    assert!(refused(DataType::Decimal64(19, 0)).ends_with("expected 1 to 18 for a 64-bit decimal"));
+    assert!(
+        refused(DataType::Decimal256(77, 0)).ends_with("expected 1 to 76 for a 256-bit decimal")
+    );
+    assert!(refused(DataType::Time32(TimeUnit::Microsecond))
+        .ends_with("a 32-bit time is in seconds or milliseconds, found unit Microsecond"));
+    assert!(refused(DataType::Time64(TimeUnit::Second))
+        .ends_with("a 64-bit time is in microseconds or nanoseconds, found unit Second"));
+    assert!(
+        refused(DataType::Timestamp(TimeUnit::Second, Some("a\0b".into())))
+            .ends_with(r#"time zone "a\0b" contains a NUL byte, which a C string cannot hold"#)
+    );
     let nullable_key = DataType::Map(
         Arc::new(Field::new(
             "entries",
@@ -314,29 +333,141 @@ fn types_without_a_valid_c_form_are_refused_on_export() {
         )),
         false,
     );
-    assert_eq!(
-        refused(nullable_key),
-        "child 0 \"entries\" > field \"key\": map key is nullable, expected non-nullable (this type cannot \
-         be exported to the C Data Interface)"
+    let err = refused(nullable_key);
+    assert!(err.starts_with("not supported: array: Map("), "{err}");
+    assert!(
+        err.ends_with("map key is nullable, expected non-nullable"),
+        "{err}"
     );
+    let nullable_entries = DataType::Map(
+        Arc::new(Field::new(
+            "entries",
+            DataType::Struct(Fields::from(vec![
+                Field::new("key", DataType::Utf8, false),
+                Field::new("value", DataType::Utf8, true),
+            ])),
+            true,
+        )),
+        false,
+    );
+    assert!(refused(nullable_entries).ends_with("map entries are nullable, expected non-nullable"));
+    let one_field = DataType::Map(
+        Arc::new(Field::new(
+            "entries",
+            DataType::Struct(Fields::from(vec![Field::new("key", DataType::Utf8, false)])),
+            false,
+        )),
+        false,
+    );
+    assert!(refused(one_field).ends_with("map entries have 1 fields, expected 2 (key, value)"));
     let float_run_ends = DataType::RunEndEncoded(
         Arc::new(Field::new("run_ends", DataType::Float32, false)),
         Arc::new(Field::new("values", DataType::Utf8, true)),
     );
-    assert!(refused(float_run_ends).starts_with("child 0 \"run_ends\": run_ends have type Float32"));
-    // A NUL inside a name is arrow-rs' error.
+    assert!(refused(float_run_ends)
+        .ends_with("run_ends have type Float32, expected Int16, Int32 or Int64"));
+    let nullable_run_ends = DataType::RunEndEncoded(
+        Arc::new(Field::new("run_ends", DataType::Int32, true)),
+        Arc::new(Field::new("values", DataType::Utf8, true)),
+    );
+    assert!(refused(nullable_run_ends).ends_with("run_ends are nullable, expected non-nullable"));
+
+    // A NUL inside a name cannot be a C string.
     let err = export_field(&Field::new("a\0b", DataType::Int32, true))
         .map(|_| ())
         .unwrap_err();
-    assert!(matches!(err, Error::Arrow(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        r#"not supported: array: name "a\0b" contains a NUL byte, which the C Data Interface's NUL-terminated names cannot hold"#
+    );
+
+    // A node deep inside the tree is refused at its path; the dictionary's
+    // values are a node of their own.
+    let nested = DataType::Struct(Fields::from(vec![Field::new(
+        "tags",
+        DataType::List(Arc::new(Field::new(
+            "item",
+            dictionary(DataType::Int8, DataType::Time32(TimeUnit::Nanosecond)),
+            true,
+        ))),
+        true,
+    )]));
+    let err = refused(nested);
+    assert!(
+        err.starts_with(
+            r#"not supported: field "tags" > child 0 "item" > dictionary: Time32(ns) cannot be exported"#
+        ),
+        "{err}"
+    );
+
     // A column that cannot travel makes the whole schema fail, at its path.
     let schema = Schema::new(vec![
         Field::new("ok", DataType::Int8, true),
         Field::new("bad", DataType::FixedSizeBinary(-4), true),
     ]);
     let err = export_schema(&schema).map(|_| ()).unwrap_err().to_string();
-    assert!(
-        err.starts_with("field \"bad\": format \"w:-4\" has a negative byte width"),
-        "{err}"
+    assert_eq!(
+        err,
+        "not supported: field \"bad\": FixedSizeBinary(-4) cannot be exported to the C Data \
+         Interface: negative byte width -4, expected >= 0"
     );
+}
+
+#[test]
+fn write_format_is_arrow_rs_format_and_parses_back_to_the_type() {
+    for data_type in every_type() {
+        let written = write_format(&data_type).unwrap_or_else(|e| panic!("{e}"));
+        let by_arrow_rs = FFI_ArrowSchema::try_from(&data_type).unwrap();
+        assert_eq!(written, by_arrow_rs.format(), "{data_type}");
+        let parsed = parse_format(&written).unwrap();
+        match (&data_type, parsed) {
+            (DataType::Dictionary(index, _), parsed) => {
+                assert_eq!(parsed, ParsedFormat::Leaf(index.as_ref().clone()))
+            }
+            (_, ParsedFormat::Leaf(leaf)) => assert_eq!(leaf, data_type),
+            (_, parsed) => {
+                // Nested: the parsed kind expects the type's child count.
+                let children = match &data_type {
+                    DataType::Struct(fields) => fields.len(),
+                    DataType::Union(fields, _) => fields.len(),
+                    DataType::RunEndEncoded(..) => 2,
+                    _ => 1,
+                };
+                assert_eq!(
+                    parsed.expected_children().unwrap_or(children),
+                    children,
+                    "{data_type}"
+                );
+                assert_eq!(
+                    parsed.describe(),
+                    describe_nested(&data_type),
+                    "{data_type}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        write_format(&DataType::FixedSizeBinary(-3)).unwrap_err(),
+        "FixedSizeBinary(-3) has no C format string: negative byte width -3, expected >= 0"
+    );
+}
+
+fn describe_nested(data_type: &DataType) -> String {
+    match data_type {
+        DataType::List(_) => "a list".into(),
+        DataType::LargeList(_) => "a large list".into(),
+        DataType::ListView(_) => "a list view".into(),
+        DataType::LargeListView(_) => "a large list view".into(),
+        DataType::FixedSizeList(..) => "a fixed-size list".into(),
+        DataType::Struct(_) => "a struct".into(),
+        DataType::Map(..) => "a map".into(),
+        DataType::RunEndEncoded(..) => "a run-end encoded array".into(),
+        DataType::Union(fields, UnionMode::Dense) => {
+            format!("a dense union with {} type ids", fields.len())
+        }
+        DataType::Union(fields, UnionMode::Sparse) => {
+            format!("a sparse union with {} type ids", fields.len())
+        }
+        other => panic!("{other} is not nested"),
+    }
 }

@@ -1,4 +1,4 @@
-//! Format strings (spec: "Data type description -- format strings").
+//! Format strings to types.
 //!
 //! [`parse_format`] reads one format string, which describes only the
 //! top-level type of a node; the children of nested types are separate
