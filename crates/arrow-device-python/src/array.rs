@@ -253,8 +253,7 @@ impl PyDeviceArray {
         &self,
         py: Python<'py>,
     ) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
-        let schema = export_field(self.inner.field()).py()?;
-        capsule::wrap(py, schema, ARROW_SCHEMA)
+        guard(|| capsule::wrap(py, export_field(self.inner.field()).py()?, ARROW_SCHEMA))
     }
 
     /// DLPack (array API standard): a capsule over the array's values, for

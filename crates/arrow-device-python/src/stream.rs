@@ -347,7 +347,7 @@ impl PyDeviceStream {
 
     /// The stream's schema as a capsule (spec: `__arrow_c_schema__`).
     fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
-        capsule::wrap(py, export_field(&self.field).py()?, ARROW_SCHEMA)
+        guard(|| capsule::wrap(py, export_field(&self.field).py()?, ARROW_SCHEMA))
     }
 
     fn __repr__(&self) -> String {
