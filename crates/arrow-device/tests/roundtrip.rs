@@ -616,3 +616,26 @@ fn the_fixture_covers_every_type_family() {
     let unique: std::collections::HashSet<_> = names.iter().collect();
     assert_eq!(unique.len(), names.len(), "case names must be unique");
 }
+
+#[test]
+fn a_device_copy_lets_go_of_its_host_source_once_the_copy_has_run() {
+    let device = emulated(9);
+    let values = arrow_array::Int64Array::from_iter_values(0..4096);
+    let source = values.values().inner().clone();
+    let (array, schema) = arrow_device::export_array_to(&values, &device).unwrap();
+    drop(values);
+    // SAFETY: our exporter's structs.
+    let imported =
+        unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
+    // The release is queued before the copy's event: once the event has
+    // completed, only this test holds the host buffer.
+    imported.synchronize().unwrap();
+    assert_eq!(
+        source.strong_count(),
+        1,
+        "the device copy still holds its host source"
+    );
+    let back = imported.to_host().unwrap();
+    let expected = arrow_array::Int64Array::from_iter_values(0..4096);
+    assert_same("int64 on the device", &expected, back.as_ref());
+}

@@ -40,7 +40,8 @@ struct DeviceCopy {
     event: Event,
     _stream: Stream,
     _memory: DeviceBuffer,
-    _sources: Option<KeepAlive>,
+    /// The host sources, when the device could not take them over.
+    _sources: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Drop for DeviceCopy {
@@ -200,6 +201,13 @@ fn finish_device_copy(
         let _ = device.synchronize_stream(&stream);
         return Err(e);
     }
+    // The sources go as soon as the copies have run, where the device can
+    // say when (queued before the event, so that the event's completion
+    // implies it); otherwise they stay with the copy.
+    let sources = match sources {
+        Some(sources) => device.release_after(&stream, Box::new(sources))?,
+        None => None,
+    };
     let event = device.create_event()?;
     device.record_event(&event, &stream)?;
     let sync_event = event.sync_event();

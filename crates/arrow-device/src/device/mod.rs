@@ -108,6 +108,20 @@ pub trait Device: Send + Sync + fmt::Debug + 'static {
     /// Blocks the host until all work queued on `stream` has completed.
     fn synchronize_stream(&self, stream: &Stream) -> Result<()>;
 
+    /// Hands over what the work queued on `stream` so far needs (the host
+    /// sources of asynchronous copies), to be dropped once that work has run
+    /// (`cuLaunchHostFunc` for CUDA). Returns it back when the device cannot
+    /// tell: the caller then keeps it as long as the copy's memory, which is
+    /// safe but holds the sources longer.
+    fn release_after(
+        &self,
+        stream: &Stream,
+        keep: Box<dyn Any + Send + Sync>,
+    ) -> Result<Option<Box<dyn Any + Send + Sync>>> {
+        let _ = stream;
+        Ok(Some(keep))
+    }
+
     /// Makes `stream` wait for a producer's `sync_event` before running the
     /// work queued after this call (`cudaStreamWaitEvent` for CUDA).
     ///

@@ -358,6 +358,16 @@ impl Device for EmulatedDevice {
         self.stream(stream, "synchronize_stream")?.synchronize()
     }
 
+    fn release_after(
+        &self,
+        stream: &Stream,
+        keep: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Option<Box<dyn std::any::Any + Send + Sync>>> {
+        self.stream(stream, "release_after")?
+            .enqueue_release(keep)?;
+        Ok(None)
+    }
+
     unsafe fn stream_wait_sync_event(
         &self,
         stream: &Stream,

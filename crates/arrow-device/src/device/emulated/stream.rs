@@ -136,6 +136,8 @@ enum Op {
         generation: u64,
     },
     Fence(mpsc::SyncSender<()>),
+    /// Dropped when reached: what the work queued before it needed.
+    Release(Box<dyn std::any::Any + Send>),
 }
 
 /// The handle inside a [`Stream`](crate::device::Stream). Dropping it drains
@@ -241,6 +243,11 @@ impl EmulatedStream {
         })
     }
 
+    /// Drops `keep` once the work queued so far has run.
+    pub(super) fn enqueue_release(&self, keep: Box<dyn std::any::Any + Send>) -> Result<()> {
+        self.submit(Op::Release(keep))
+    }
+
     /// Makes the work queued after this call wait for record `generation`.
     pub(super) fn enqueue_wait(&self, event: Arc<EventState>, generation: u64) -> Result<()> {
         self.submit(Op::Wait { event, generation })
@@ -312,6 +319,10 @@ fn run_worker(receiver: Receiver<Op>, errors: Arc<Mutex<Vec<String>>>) {
             Op::Fence(done) => {
                 // The synchronizing thread may have given up; nothing to do then.
                 let _ = done.send(());
+                Ok(())
+            }
+            Op::Release(keep) => {
+                drop(keep);
                 Ok(())
             }
         }));
