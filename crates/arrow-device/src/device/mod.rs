@@ -9,8 +9,10 @@
 //!
 //! Implementations here: [`cpu::CpuDevice`] and the emulated asynchronous
 //! device [`emulated::EmulatedDevice`] (reported as `EXT_DEV`), which is how
-//! the device paths are tested without a GPU. GPU back-ends (CUDA, ROCm,
-//! Metal) implement the same trait.
+//! the device paths are tested without a GPU; with the `cuda` feature, the
+//! CUDA, CUDA_HOST and CUDA_MANAGED devices (module `cuda`, the driver API
+//! loaded at run time). Other GPU back-ends (ROCm, Metal) implement the same
+//! trait.
 //!
 //! [`lookup`] finds the implementation for a `(device_type, device_id)` pair
 //! read from an `ArrowDeviceArray`; [`register`] adds one.
@@ -37,6 +39,8 @@
 //! ```
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod emulated;
 pub mod host;
 
@@ -325,8 +329,9 @@ pub fn register(device: DeviceRef) {
 
 /// Finds the implementation for a `(device_type, device_id)` pair: a
 /// registered one first, then the built-in CPU device (any id), the
-/// emulated devices (`EXT_DEV`, ids 0 and up), and read-only access to
-/// host-accessible memory types whose runtime is not loaded
+/// emulated devices (`EXT_DEV`, ids 0 and up), with the `cuda` feature the
+/// CUDA devices when the driver and the GPU are there, and read-only access
+/// to host-accessible memory types whose runtime is not loaded
 /// ([`host::HostAccessibleDevice`]).
 pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
     if ANY_REGISTERED.load(Ordering::Acquire) {
@@ -339,6 +344,15 @@ pub fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
         DeviceType::CPU => Some(cpu()),
         DeviceType::EXT_DEV if device_id >= 0 => {
             emulated::EmulatedDevice::global(device_id).map(|d| d as DeviceRef)
+        }
+        #[cfg(feature = "cuda")]
+        DeviceType::CUDA | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED
+            if cuda::is_available() =>
+        {
+            cuda::lookup(device_type, device_id).or_else(|| {
+                host::HostAccessibleDevice::new(device_type, device_id)
+                    .map(|d| Arc::new(d) as DeviceRef)
+            })
         }
         _ => host::HostAccessibleDevice::new(device_type, device_id)
             .map(|d| Arc::new(d) as DeviceRef),

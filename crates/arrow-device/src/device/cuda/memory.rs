@@ -1,0 +1,253 @@
+//! CUDA memory: the three kinds a device type allocates, the allocation that
+//! frees itself, and what the driver says about a pointer.
+//!
+//! ```
+//! use arrow_device::abi::DeviceType;
+//! use arrow_device::device::cuda::{MemoryKind, PointerMemoryType};
+//!
+//! assert_eq!(MemoryKind::from_device_type(DeviceType::CUDA_HOST), Some(MemoryKind::Pinned));
+//! assert_eq!(MemoryKind::from_device_type(DeviceType::CPU), None);
+//!
+//! // CU_MEMORYTYPE_DEVICE, not managed, on GPU 1.
+//! let found = PointerMemoryType::from_attributes(2, false, 1);
+//! assert_eq!(found, PointerMemoryType::Device { device_ordinal: 1 });
+//! assert_eq!(found.device(), Some((DeviceType::CUDA, 1)));
+//! assert!(!found.is_host_readable());
+//! ```
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+
+use super::driver::{self, Context, Failure};
+use crate::abi::DeviceType;
+
+/// Which allocator a CUDA device type uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Device memory (`cuMemAlloc`): `CUDA`, not readable by the host.
+    Device,
+    /// Page-locked host memory (`cuMemHostAlloc`, portable to every
+    /// context): `CUDA_HOST`.
+    Pinned,
+    /// Managed (unified) memory (`cuMemAllocManaged`): `CUDA_MANAGED`.
+    Managed,
+}
+
+impl MemoryKind {
+    /// The kind a CUDA device type allocates; `None` for other types.
+    pub fn from_device_type(device_type: DeviceType) -> Option<Self> {
+        match device_type {
+            DeviceType::CUDA => Some(MemoryKind::Device),
+            DeviceType::CUDA_HOST => Some(MemoryKind::Pinned),
+            DeviceType::CUDA_MANAGED => Some(MemoryKind::Managed),
+            _ => None,
+        }
+    }
+
+    /// The device type whose arrays live in this kind of memory.
+    pub fn device_type(self) -> DeviceType {
+        match self {
+            MemoryKind::Device => DeviceType::CUDA,
+            MemoryKind::Pinned => DeviceType::CUDA_HOST,
+            MemoryKind::Managed => DeviceType::CUDA_MANAGED,
+        }
+    }
+
+    /// Whether the host may read this memory (after the array's event).
+    pub fn is_cpu_accessible(self) -> bool {
+        !matches!(self, MemoryKind::Device)
+    }
+}
+
+/// Where a pointer points, as `cuPointerGetAttributes` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PointerMemoryType {
+    /// Memory CUDA does not know: ordinary (pageable) host memory, or no
+    /// allocation at all.
+    Unregistered,
+    /// Page-locked host memory (`cuMemHostAlloc`, `cuMemHostRegister`),
+    /// allocated against GPU `device_ordinal`.
+    Host {
+        /// The GPU the allocation was made against.
+        device_ordinal: i32,
+    },
+    /// Device memory of GPU `device_ordinal`.
+    Device {
+        /// The GPU that holds the memory.
+        device_ordinal: i32,
+    },
+    /// Managed memory, allocated against GPU `device_ordinal`.
+    Managed {
+        /// The GPU the allocation was made against.
+        device_ordinal: i32,
+    },
+    /// A memory type this crate does not know (the driver's value).
+    Unknown {
+        /// The `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` value.
+        memory_type: u32,
+    },
+}
+
+/// `CUmemorytype` values (stable across driver versions).
+const CU_MEMORYTYPE_HOST: u32 = 1;
+const CU_MEMORYTYPE_DEVICE: u32 = 2;
+const CU_MEMORYTYPE_UNIFIED: u32 = 4;
+
+impl PointerMemoryType {
+    /// Classifies the attributes the driver reported for a pointer:
+    /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` (0 for memory CUDA does not know),
+    /// `CU_POINTER_ATTRIBUTE_IS_MANAGED` and
+    /// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`. Managed memory reports the
+    /// memory type of where it was allocated, so `is_managed` wins.
+    pub fn from_attributes(memory_type: u32, is_managed: bool, device_ordinal: i32) -> Self {
+        if is_managed {
+            return PointerMemoryType::Managed { device_ordinal };
+        }
+        match memory_type {
+            0 => PointerMemoryType::Unregistered,
+            CU_MEMORYTYPE_HOST => PointerMemoryType::Host { device_ordinal },
+            CU_MEMORYTYPE_DEVICE => PointerMemoryType::Device { device_ordinal },
+            CU_MEMORYTYPE_UNIFIED => PointerMemoryType::Managed { device_ordinal },
+            other => PointerMemoryType::Unknown { memory_type: other },
+        }
+    }
+
+    /// The `(device_type, device_id)` an array in this memory reports:
+    /// `(CPU, -1)` for unregistered memory, `None` for an unknown type.
+    pub fn device(self) -> Option<(DeviceType, i64)> {
+        match self {
+            PointerMemoryType::Unregistered => Some((DeviceType::CPU, -1)),
+            PointerMemoryType::Host { device_ordinal } => {
+                Some((DeviceType::CUDA_HOST, device_ordinal.into()))
+            }
+            PointerMemoryType::Device { device_ordinal } => {
+                Some((DeviceType::CUDA, device_ordinal.into()))
+            }
+            PointerMemoryType::Managed { device_ordinal } => {
+                Some((DeviceType::CUDA_MANAGED, device_ordinal.into()))
+            }
+            PointerMemoryType::Unknown { .. } => None,
+        }
+    }
+
+    /// Whether the host may dereference the pointer (device memory and
+    /// unknown types: no).
+    pub fn is_host_readable(self) -> bool {
+        matches!(
+            self,
+            PointerMemoryType::Unregistered
+                | PointerMemoryType::Host { .. }
+                | PointerMemoryType::Managed { .. }
+        )
+    }
+}
+
+/// Asks the driver about `ptr` (with some context current).
+pub(super) fn classify(
+    context: &Context,
+    ptr: *const c_void,
+) -> Result<PointerMemoryType, Failure> {
+    let mut attributes = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    ];
+    // MEMORY_TYPE is an unsigned int and DEVICE_ORDINAL an int; IS_MANAGED
+    // is documented as "a boolean" without a width, so it gets a zeroed
+    // 8-byte slot and any non-zero byte means true.
+    let mut memory_type: u32 = 0;
+    let mut is_managed: u64 = 0;
+    let mut device_ordinal: i32 = 0;
+    let mut data: [*mut c_void; 3] = [
+        (&mut memory_type as *mut u32).cast(),
+        (&mut is_managed as *mut u64).cast(),
+        (&mut device_ordinal as *mut i32).cast(),
+    ];
+    context.run("cuPointerGetAttributes", || {
+        // SAFETY: three attributes with three slots of the documented widths
+        // (or wider), live for the call. Unlike cuPointerGetAttribute, this
+        // call succeeds for pointers CUDA does not know, leaving zeros.
+        unsafe {
+            sys::cuPointerGetAttributes(
+                3,
+                attributes.as_mut_ptr(),
+                data.as_mut_ptr(),
+                driver::address(ptr),
+            )
+        }
+        .result()
+    })?;
+    Ok(PointerMemoryType::from_attributes(
+        memory_type,
+        is_managed != 0,
+        device_ordinal,
+    ))
+}
+
+/// Memory from one of the CUDA allocators, freed (with its context
+/// current) when dropped: the owner inside a [`DeviceBuffer`].
+///
+/// [`DeviceBuffer`]: crate::device::DeviceBuffer
+#[derive(Debug)]
+pub(super) struct Allocation {
+    context: Arc<Context>,
+    kind: MemoryKind,
+    ptr: usize,
+}
+
+impl Allocation {
+    /// Allocates `len > 0` bytes of `kind` on `context`'s GPU.
+    pub(super) fn new(
+        context: Arc<Context>,
+        kind: MemoryKind,
+        len: usize,
+    ) -> Result<Self, Failure> {
+        let ptr = context.run("allocation", || {
+            // SAFETY: plain allocations; the memory is not read before it is
+            // written by a copy.
+            unsafe {
+                match kind {
+                    MemoryKind::Device => cu::malloc_sync(len).map(|p| p as usize),
+                    MemoryKind::Pinned => {
+                        cu::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE).map(|p| p as usize)
+                    }
+                    MemoryKind::Managed => {
+                        cu::malloc_managed(len, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL)
+                            .map(|p| p as usize)
+                    }
+                }
+            }
+        });
+        let ptr = ptr.map_err(|e| format!("{e} ({len} bytes of {kind:?} memory)"))?;
+        Ok(Allocation { context, kind, ptr })
+    }
+
+    /// The start of the allocation.
+    pub(super) fn ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        let (kind, ptr) = (self.kind, self.ptr);
+        // A failure cannot be reported from a destructor. Owners wait on the
+        // copies' event before dropping (see `array::copy`), and cuMemFree /
+        // cuMemFreeHost synchronize with the device themselves.
+        let _ = self.context.run("free", || {
+            // SAFETY: allocated in `Allocation::new` with this kind, freed once.
+            unsafe {
+                match kind {
+                    MemoryKind::Pinned => cu::free_host(ptr as *mut c_void),
+                    MemoryKind::Device | MemoryKind::Managed => {
+                        cu::memory_free(ptr as sys::CUdeviceptr)
+                    }
+                }
+            }
+        });
+    }
+}

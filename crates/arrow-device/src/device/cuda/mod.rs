@@ -1,0 +1,446 @@
+//! The CUDA devices (feature `cuda`): `CUDA` (device memory), `CUDA_HOST`
+//! (pinned host memory) and `CUDA_MANAGED` (managed memory), through the CUDA
+//! driver API, which cudarc loads at run time.
+//!
+//! A build with this feature runs on machines without a GPU: [`is_available`]
+//! is then false and [`device`] returns an error naming `libcuda`; imports of
+//! `CUDA_HOST` and `CUDA_MANAGED` arrays still read them zero-copy through
+//! [`HostAccessibleDevice`](crate::device::host::HostAccessibleDevice).
+//!
+//! Device ids are GPU ordinals. Each GPU's primary context is retained once
+//! and made current around every driver call, on whatever thread makes it,
+//! so callers need no CUDA setup of their own. [`device`] registers what it
+//! returns with [`crate::device::register`], and [`crate::device::lookup`]
+//! calls it for CUDA device types, so importing a CUDA array finds it.
+//!
+//! Events follow the spec's "Synchronization event types": an exported
+//! array's `sync_event` is a `CUevent*` (`cudaEvent_t*`), and a consumer's
+//! `sync_event` is read the same way. Copies are queued with `cuMemcpyAsync`
+//! (unified addressing infers the direction). A copy from pageable host
+//! memory returns once the driver has staged the source; one to pageable
+//! host memory returns once it has completed: both keep the trait's contract,
+//! the second at the cost of overlap (staging through pinned buffers is not
+//! done).
+//!
+//! ```
+//! use arrow_array::{Array, Int32Array};
+//! use arrow_device::device::cuda;
+//! use arrow_device::{export_array_to, DeviceArray, DeviceType, ValidationLevel};
+//!
+//! let gpu = match cuda::device(DeviceType::CUDA, 0) {
+//!     Ok(gpu) => gpu,
+//!     Err(e) => {
+//!         // No driver, or no GPU: the message says which.
+//!         println!("skipping: {e}");
+//!         return;
+//!     }
+//! };
+//! let ints = Int32Array::from(vec![1, 2, 3]);
+//! let (array, schema) = export_array_to(&ints, &gpu).unwrap();
+//! assert_eq!(array.device_type, DeviceType::CUDA);
+//! assert!(!array.sync_event.is_null()); // a CUevent* recorded after the copies
+//! // SAFETY: the structs come from this crate's exporter.
+//! let imported = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
+//! assert_eq!(imported.to_host().unwrap().as_ref(), &ints as &dyn Array);
+//! ```
+
+mod driver;
+mod memory;
+mod stream;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys;
+
+use self::driver::Context;
+use self::memory::Allocation;
+pub use self::memory::{MemoryKind, PointerMemoryType};
+use self::stream::{event_at, CudaEvent, CudaStream};
+use crate::abi::DeviceType;
+use crate::device::cpu::ALIGNMENT;
+use crate::device::{self as devices, Device, DeviceBuffer, DeviceRef, Event, Stream};
+use crate::error::{Error, Result};
+
+/// Whether `libcuda` can be loaded, `cuInit` succeeds and there is at least
+/// one GPU. Never panics.
+pub fn is_available() -> bool {
+    matches!(driver::driver(), Ok(count) if count > 0)
+}
+
+/// Whether the CUDA driver library (`libcuda`) can be loaded at all,
+/// whether or not a GPU is present.
+pub fn is_driver_present() -> bool {
+    driver::library_present()
+}
+
+/// The number of GPUs the driver reports (after `CUDA_VISIBLE_DEVICES`).
+pub fn device_count() -> Result<usize> {
+    driver::driver()
+        .map(|count| usize::try_from(count).unwrap_or(0))
+        .map_err(|e| Error::NotSupported(e.to_string()))
+}
+
+/// The devices made so far, by memory kind and GPU ordinal.
+type Devices = HashMap<(MemoryKind, i32), Arc<CudaDevice>>;
+
+/// The device for `device_type` (`CUDA`, `CUDA_HOST` or `CUDA_MANAGED`) on
+/// GPU `ordinal`: created (and registered with [`crate::device::register`])
+/// on first use, the same handle afterwards.
+///
+/// Errors: [`Error::NotSupported`] for another device type or when the
+/// driver library is missing (the message names `libcuda`);
+/// [`Error::Device`] when `cuInit` fails or there is no GPU `ordinal`.
+pub fn device(device_type: DeviceType, ordinal: i64) -> Result<DeviceRef> {
+    let kind = MemoryKind::from_device_type(device_type).ok_or_else(|| {
+        Error::NotSupported(format!(
+            "device type {device_type} is not a CUDA memory type \
+             (expected CUDA, CUDA_HOST or CUDA_MANAGED)"
+        ))
+    })?;
+    let count = match driver::driver() {
+        Ok(count) => count,
+        Err(e) if !driver::library_present() => return Err(Error::NotSupported(e.to_string())),
+        Err(e) => return Err(Error::device(device_type, ordinal, e)),
+    };
+    let index = i32::try_from(ordinal)
+        .ok()
+        .filter(|o| (0..count).contains(o))
+        .ok_or_else(|| {
+            Error::device(
+                device_type,
+                ordinal,
+                format!(
+                    "no such GPU: the driver reports {count} device(s), ordinals 0 to {}",
+                    count - 1
+                ),
+            )
+        })?;
+    static DEVICES: OnceLock<Mutex<Devices>> = OnceLock::new();
+    // Inserts are single statements: a poisoned lock still holds a valid map.
+    let mut devices = DEVICES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(device) = devices.get(&(kind, index)) {
+        return Ok(Arc::clone(device) as DeviceRef);
+    }
+    let context = driver::context(index).map_err(|e| Error::device(device_type, ordinal, e))?;
+    let device = Arc::new(CudaDevice {
+        kind,
+        context,
+        host_synchronizations: AtomicU64::new(0),
+    });
+    devices.insert((kind, index), Arc::clone(&device));
+    devices::register(Arc::clone(&device) as DeviceRef);
+    Ok(device as DeviceRef)
+}
+
+/// For [`crate::device::lookup`]: the CUDA device for the pair, if the
+/// driver works and the id is a GPU; `None` otherwise (the caller falls back
+/// to host access where the memory type allows it).
+pub(crate) fn lookup(device_type: DeviceType, device_id: i64) -> Option<DeviceRef> {
+    if MemoryKind::from_device_type(device_type).is_none() || !is_available() {
+        return None;
+    }
+    device(device_type, device_id).ok()
+}
+
+/// Classifies `ptr` with `cuPointerGetAttributes`: device, pinned host or
+/// managed memory and the GPU it belongs to, or memory CUDA does not know
+/// (ordinary host memory). For importers of foreign pointers (CUDA Array
+/// Interface, DLPack) that must pick a device type.
+pub fn pointer_memory_type(ptr: *const c_void) -> Result<PointerMemoryType> {
+    let count = driver::driver().map_err(|e| Error::NotSupported(e.to_string()))?;
+    if count == 0 {
+        return Err(Error::NotSupported(
+            "cannot classify a pointer: the CUDA driver reports no GPU".into(),
+        ));
+    }
+    // Any context serves: unified addressing spans all of them.
+    let context = driver::context(0).map_err(|e| Error::device(DeviceType::CUDA, 0, e))?;
+    memory::classify(&context, ptr).map_err(|e| Error::device(DeviceType::CUDA, 0, e))
+}
+
+/// One kind of CUDA memory on one GPU: the [`Device`] implementation
+/// returned by [`device`].
+pub struct CudaDevice {
+    kind: MemoryKind,
+    context: Arc<Context>,
+    host_synchronizations: AtomicU64,
+}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaDevice")
+            .field("device_type", &self.kind.device_type())
+            .field("ordinal", &self.context.ordinal())
+            .finish()
+    }
+}
+
+impl CudaDevice {
+    /// The kind of memory this device allocates.
+    pub fn memory_kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// How often this device has blocked the host so far
+    /// (`synchronize_stream`, and `synchronize_sync_event` with an event):
+    /// a diagnostic for tests and profiling.
+    pub fn host_synchronizations(&self) -> u64 {
+        self.host_synchronizations.load(Ordering::Relaxed)
+    }
+
+    fn error(&self, message: impl Into<String>) -> Error {
+        Error::device(self.kind.device_type(), self.device_id(), message.into())
+    }
+
+    /// Runs a driver call with this device's context current.
+    fn run<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> std::result::Result<T, cudarc::driver::DriverError>,
+    ) -> Result<T> {
+        self.context.run(what, f).map_err(|e| self.error(e))
+    }
+
+    fn stream<'s>(&self, stream: &'s Stream, call: &str) -> Result<&'s CudaStream> {
+        let found = stream.handle::<CudaStream>().ok_or_else(|| {
+            self.error(format!(
+                "{call}: the stream was not created by a CUDA device"
+            ))
+        })?;
+        self.same_gpu(found.context(), call, "stream")?;
+        Ok(found)
+    }
+
+    fn same_gpu(&self, context: &Context, call: &str, what: &str) -> Result<()> {
+        if context.ordinal() == self.context.ordinal() {
+            Ok(())
+        } else {
+            Err(self.error(format!(
+                "{call}: the {what} belongs to GPU {}, expected GPU {}",
+                context.ordinal(),
+                self.context.ordinal()
+            )))
+        }
+    }
+
+    /// Queues a `cuMemcpyAsync` of `len` bytes (any direction).
+    ///
+    /// # Safety
+    /// Both ends valid for `len` bytes until the copy has completed.
+    unsafe fn copy(
+        &self,
+        what: &str,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let stream = self.stream(stream, what)?.raw();
+        self.run(what, || {
+            // SAFETY: per this function's contract; unified addressing lets
+            // the driver infer the direction from the pointers.
+            unsafe {
+                sys::cuMemcpyAsync(
+                    driver::address(dst.cast()),
+                    driver::address(src.cast()),
+                    len,
+                    stream,
+                )
+            }
+            .result()
+        })
+    }
+}
+
+impl Device for CudaDevice {
+    fn device_type(&self) -> DeviceType {
+        self.kind.device_type()
+    }
+
+    fn device_id(&self) -> i64 {
+        self.context.ordinal().into()
+    }
+
+    fn is_cpu_accessible(&self) -> bool {
+        self.kind.is_cpu_accessible()
+    }
+
+    /// Pinned and managed memory are host-readable. For device memory the
+    /// driver classifies the pointer: the variadic-sizes buffer of a view
+    /// array exported by Arrow C++ or this crate is ordinary host memory.
+    fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
+        if len == 0 || self.kind.is_cpu_accessible() {
+            return true;
+        }
+        memory::classify(&self.context, ptr.cast()).is_ok_and(|t| t.is_host_readable())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    /// CUDA allocations are aligned to at least 256 bytes (checked); a
+    /// zero-length request allocates one byte, so the pointer is real.
+    fn allocate(&self, len: usize) -> Result<DeviceBuffer> {
+        let allocation = Allocation::new(Arc::clone(&self.context), self.kind, len.max(1))
+            .map_err(|e| self.error(e))?;
+        let ptr = allocation.ptr();
+        if ptr as usize % ALIGNMENT != 0 {
+            return Err(self.error(format!(
+                "the driver returned {ptr:p}, not aligned to {ALIGNMENT} bytes"
+            )));
+        }
+        Ok(DeviceBuffer::new(ptr, len, Box::new(allocation)))
+    }
+
+    fn create_stream(&self) -> Result<Stream> {
+        let stream = CudaStream::new(Arc::clone(&self.context)).map_err(|e| self.error(e))?;
+        Ok(Stream::new(Box::new(stream)))
+    }
+
+    fn create_event(&self) -> Result<Event> {
+        let event = CudaEvent::new(Arc::clone(&self.context)).map_err(|e| self.error(e))?;
+        let sync_event = event.sync_event();
+        Ok(Event::new(Box::new(event), sync_event))
+    }
+
+    fn record_event(&self, event: &Event, stream: &Stream) -> Result<()> {
+        let stream = self.stream(stream, "record_event")?.raw();
+        let event = event.handle::<CudaEvent>().ok_or_else(|| {
+            self.error("record_event: the event was not created by a CUDA device")
+        })?;
+        self.same_gpu(event.context(), "record_event", "event")?;
+        let raw = event.raw();
+        // SAFETY: a live event and stream of this context.
+        self.run("cuEventRecord", || unsafe {
+            cudarc::driver::result::event::record(raw, stream)
+        })
+    }
+
+    fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
+        let stream = self.stream(stream, "synchronize_stream")?.raw();
+        self.host_synchronizations.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: a live stream of this context.
+        self.run("cuStreamSynchronize", || unsafe {
+            cudarc::driver::result::stream::synchronize(stream)
+        })
+    }
+
+    unsafe fn stream_wait_sync_event(
+        &self,
+        stream: &Stream,
+        sync_event: *mut c_void,
+    ) -> Result<()> {
+        let stream = self.stream(stream, "stream_wait_sync_event")?.raw();
+        if sync_event.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller passes a pointer to a CUevent (cudaEvent_t*).
+        let event = unsafe { event_at(sync_event) };
+        self.run("cuStreamWaitEvent on the sync_event", || {
+            // SAFETY: a live stream; the event may belong to any context.
+            unsafe { sys::cuStreamWaitEvent(stream, event, 0) }.result()
+        })
+    }
+
+    unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()> {
+        if sync_event.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller passes a pointer to a CUevent (cudaEvent_t*).
+        let event = unsafe { event_at(sync_event) };
+        self.host_synchronizations.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: a live event, per the caller.
+        self.run("cuEventSynchronize on the sync_event", || unsafe {
+            cudarc::driver::result::event::synchronize(event)
+        })
+    }
+
+    unsafe fn copy_from_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.copy("copy_from_host (cuMemcpyAsync)", src, dst, len, stream) }
+    }
+
+    unsafe fn copy_to_host(
+        &self,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.copy("copy_to_host (cuMemcpyAsync)", src, dst, len, stream) }
+    }
+
+    /// Any CUDA memory to any CUDA memory: `cuMemcpyPeerAsync` between the
+    /// device memory of two GPUs, `cuMemcpyAsync` otherwise.
+    unsafe fn copy_device_to_device(
+        &self,
+        src_device: &dyn Device,
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<()> {
+        let Some(source) = src_device.as_any().downcast_ref::<CudaDevice>() else {
+            return Err(Error::NotSupported(format!(
+                "{} device {} cannot read {} (id {}) memory directly; stage the copy through the host",
+                self.device_type(),
+                self.device_id(),
+                src_device.device_type(),
+                src_device.device_id()
+            )));
+        };
+        let peer = source.context.ordinal() != self.context.ordinal()
+            && source.kind == MemoryKind::Device
+            && self.kind == MemoryKind::Device;
+        if !peer {
+            // SAFETY: forwarded contract.
+            return unsafe {
+                self.copy(
+                    "copy_device_to_device (cuMemcpyAsync)",
+                    src,
+                    dst,
+                    len,
+                    stream,
+                )
+            };
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let raw_stream = self.stream(stream, "copy_device_to_device")?.raw();
+        let (dst_ctx, src_ctx) = (self.context.raw(), source.context.raw());
+        self.run("copy_device_to_device (cuMemcpyPeerAsync)", || {
+            // SAFETY: both ends valid per the caller; both contexts are
+            // retained primary contexts.
+            unsafe {
+                sys::cuMemcpyPeerAsync(
+                    driver::address(dst.cast()),
+                    dst_ctx,
+                    driver::address(src.cast()),
+                    src_ctx,
+                    len,
+                    raw_stream,
+                )
+            }
+            .result()
+        })
+    }
+}

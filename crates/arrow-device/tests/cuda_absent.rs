@@ -1,0 +1,211 @@
+//! The CUDA device (feature `cuda`) where it cannot run: without `libcuda`
+//! every entry point reports a clear error instead of panicking, imports of
+//! pinned and managed memory still work through host access; and the pure
+//! logic (device type → allocator, pointer attributes → memory type), which
+//! needs no driver.
+//!
+//! The tests that need `libcuda` to be absent skip themselves (with a note)
+//! on a machine that has it.
+#![cfg(feature = "cuda")]
+
+use arrow_array::{Array, Int32Array};
+use arrow_device::abi::DeviceType;
+use arrow_device::device;
+use arrow_device::device::cuda::{self, MemoryKind, PointerMemoryType};
+use arrow_device::{export_array, DeviceArray, Error, ValidationLevel};
+
+/// True (after printing why) when `libcuda` is present, so the test must
+/// not assert its absence.
+fn driver_present(test: &str) -> bool {
+    let present = cuda::is_driver_present();
+    if present {
+        println!("{test}: skipped, libcuda is present on this machine");
+    }
+    present
+}
+
+#[test]
+fn without_libcuda_nothing_is_available() {
+    if driver_present("without_libcuda_nothing_is_available") {
+        return;
+    }
+    assert!(!cuda::is_available());
+    let err = cuda::device_count().unwrap_err();
+    assert!(err.to_string().contains("libcuda"), "{err}");
+}
+
+#[test]
+fn without_libcuda_every_cuda_device_type_is_a_clear_error_naming_libcuda() {
+    if driver_present("without_libcuda_every_cuda_device_type_is_a_clear_error") {
+        return;
+    }
+    for device_type in [
+        DeviceType::CUDA,
+        DeviceType::CUDA_HOST,
+        DeviceType::CUDA_MANAGED,
+    ] {
+        // Twice: the second call takes the cached path.
+        for _ in 0..2 {
+            let err = cuda::device(device_type, 0).unwrap_err();
+            assert!(
+                matches!(err, Error::NotSupported(_)),
+                "{device_type}: {err}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains("CUDA driver library (libcuda.so) not found"),
+                "{device_type}: {message}"
+            );
+            assert!(
+                message.contains("LD_LIBRARY_PATH"),
+                "{device_type}: {message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn without_libcuda_pointer_classification_is_an_error_naming_libcuda() {
+    if driver_present("without_libcuda_pointer_classification_is_an_error") {
+        return;
+    }
+    let value = 7u64;
+    let err = cuda::pointer_memory_type((&value as *const u64).cast()).unwrap_err();
+    assert!(err.to_string().contains("libcuda"), "{err}");
+}
+
+#[test]
+fn without_libcuda_lookup_falls_back_to_host_access_for_pinned_and_managed_memory() {
+    if driver_present("without_libcuda_lookup_falls_back_to_host_access") {
+        return;
+    }
+    assert!(device::lookup(DeviceType::CUDA, 0).is_none());
+    for device_type in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED] {
+        let found = device::lookup(device_type, 0).expect("host access without the runtime");
+        assert_eq!((found.device_type(), found.device_id()), (device_type, 0));
+        assert!(found.is_cpu_accessible());
+        assert!(
+            found.as_any().downcast_ref::<cuda::CudaDevice>().is_none(),
+            "{device_type}: not the CUDA device"
+        );
+        // Import reads the relabelled host array zero-copy.
+        let ints = Int32Array::from(vec![4, 5, 6]);
+        let (mut c_array, c_schema) = export_array(&ints).unwrap();
+        c_array.device_type = device_type;
+        c_array.device_id = 0;
+        // SAFETY: this crate's exporter's structs, relabelled as host-accessible memory.
+        let imported =
+            unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }.unwrap();
+        assert_eq!(imported.to_host().unwrap().as_ref(), &ints as &dyn Array);
+    }
+}
+
+#[test]
+fn a_non_cuda_device_type_is_refused_whether_or_not_the_driver_is_there() {
+    for device_type in [DeviceType::CPU, DeviceType::ROCM, DeviceType::EXT_DEV] {
+        let err = cuda::device(device_type, 0).unwrap_err();
+        assert!(
+            matches!(err, Error::NotSupported(_)),
+            "{device_type}: {err}"
+        );
+        assert!(
+            err.to_string().contains("not a CUDA memory type"),
+            "{device_type}: {err}"
+        );
+    }
+}
+
+#[test]
+fn each_cuda_device_type_maps_to_its_allocator_and_back() {
+    let cases = [
+        (DeviceType::CUDA, MemoryKind::Device, false),
+        (DeviceType::CUDA_HOST, MemoryKind::Pinned, true),
+        (DeviceType::CUDA_MANAGED, MemoryKind::Managed, true),
+    ];
+    for (device_type, kind, cpu_accessible) in cases {
+        assert_eq!(MemoryKind::from_device_type(device_type), Some(kind));
+        assert_eq!(kind.device_type(), device_type);
+        assert_eq!(kind.is_cpu_accessible(), cpu_accessible, "{device_type}");
+        assert_eq!(
+            device_type.is_cpu_accessible(),
+            cpu_accessible,
+            "{device_type}: the kind agrees with the device type"
+        );
+    }
+    for other in [
+        DeviceType::CPU,
+        DeviceType::ROCM,
+        DeviceType::ROCM_HOST,
+        DeviceType::EXT_DEV,
+    ] {
+        assert_eq!(MemoryKind::from_device_type(other), None, "{other}");
+    }
+}
+
+#[test]
+fn pointer_attributes_classify_into_device_types() {
+    // (CU_POINTER_ATTRIBUTE_MEMORY_TYPE, IS_MANAGED, DEVICE_ORDINAL)
+    let cases = [
+        // Memory CUDA does not know: ordinary host memory.
+        (
+            (0, false, 0),
+            PointerMemoryType::Unregistered,
+            Some((DeviceType::CPU, -1)),
+            true,
+        ),
+        // CU_MEMORYTYPE_HOST: pinned or registered host memory.
+        (
+            (1, false, 2),
+            PointerMemoryType::Host { device_ordinal: 2 },
+            Some((DeviceType::CUDA_HOST, 2)),
+            true,
+        ),
+        // CU_MEMORYTYPE_DEVICE.
+        (
+            (2, false, 1),
+            PointerMemoryType::Device { device_ordinal: 1 },
+            Some((DeviceType::CUDA, 1)),
+            false,
+        ),
+        // Managed memory reports DEVICE (or HOST) plus IS_MANAGED: managed wins.
+        (
+            (2, true, 0),
+            PointerMemoryType::Managed { device_ordinal: 0 },
+            Some((DeviceType::CUDA_MANAGED, 0)),
+            true,
+        ),
+        (
+            (1, true, 3),
+            PointerMemoryType::Managed { device_ordinal: 3 },
+            Some((DeviceType::CUDA_MANAGED, 3)),
+            true,
+        ),
+        // CU_MEMORYTYPE_UNIFIED.
+        (
+            (4, false, 0),
+            PointerMemoryType::Managed { device_ordinal: 0 },
+            Some((DeviceType::CUDA_MANAGED, 0)),
+            true,
+        ),
+        // CU_MEMORYTYPE_ARRAY and anything newer: unknown, never read by the host.
+        (
+            (3, false, 0),
+            PointerMemoryType::Unknown { memory_type: 3 },
+            None,
+            false,
+        ),
+        (
+            (99, false, 0),
+            PointerMemoryType::Unknown { memory_type: 99 },
+            None,
+            false,
+        ),
+    ];
+    for ((memory_type, is_managed, ordinal), expected, device, host_readable) in cases {
+        let found = PointerMemoryType::from_attributes(memory_type, is_managed, ordinal);
+        let case = format!("memory type {memory_type}, managed {is_managed}, ordinal {ordinal}");
+        assert_eq!(found, expected, "{case}");
+        assert_eq!(found.device(), device, "{case}");
+        assert_eq!(found.is_host_readable(), host_readable, "{case}");
+    }
+}

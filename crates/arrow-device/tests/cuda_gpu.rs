@@ -1,0 +1,397 @@
+//! The CUDA devices on a real GPU: every type round-trips through device,
+//! pinned and managed memory; exported arrays carry a real `CUevent*`; import
+//! reads all the sizes of a tree with one host synchronization; allocations,
+//! copies and pointer classification behave as the driver documents.
+//!
+//! Every test returns early, printing why, when no GPU is usable
+//! (`cuda::is_available()` is false), so the suite passes on CPU machines and
+//! is meaningful only where a GPU runs it (`scripts/test.sh` names it).
+//! The tests share GPU 0 and its devices' synchronization counters, so they
+//! run one at a time (a lock).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, Int32Array, LargeStringArray, ListArray, RecordBatch,
+    StringArray, StringViewArray,
+};
+use arrow_device::abi::DeviceType;
+use arrow_device::device::cuda::{self, CudaDevice, PointerMemoryType};
+use arrow_device::device::{self, DeviceRef};
+use arrow_device::{export_array_to, export_record_batch_to, DeviceArray, Error, ValidationLevel};
+
+use common::{all_types, assert_same, device_array};
+
+const KINDS: [DeviceType; 3] = [
+    DeviceType::CUDA,
+    DeviceType::CUDA_HOST,
+    DeviceType::CUDA_MANAGED,
+];
+
+/// The GPU lock, or `None` (after printing why) when no GPU is usable.
+fn gpu(test: &str) -> Option<MutexGuard<'static, ()>> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    if !cuda::is_available() {
+        let why = match cuda::device(DeviceType::CUDA, 0) {
+            Err(e) => e.to_string(),
+            Ok(_) => "unknown".to_string(),
+        };
+        println!("{test}: skipped, no CUDA GPU: {why}");
+        return None;
+    }
+    Some(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn cuda_device(device_type: DeviceType) -> DeviceRef {
+    cuda::device(device_type, 0).unwrap_or_else(|e| panic!("{device_type} 0: {e}"))
+}
+
+fn counter(device: &DeviceRef) -> &CudaDevice {
+    device
+        .as_any()
+        .downcast_ref::<CudaDevice>()
+        .expect("cuda::device returns a CudaDevice")
+}
+
+/// Runs `check` on every case of `all_types`, catching panics, and fails
+/// once with the names of all failing cases.
+fn for_each_case(what: &str, mut check: impl FnMut(&str, &ArrayRef)) {
+    let cases = all_types();
+    let mut failed = Vec::new();
+    for (name, array) in &cases {
+        if catch_unwind(AssertUnwindSafe(|| check(name, array))).is_err() {
+            failed.push(name.clone());
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{what}: {} of {} cases failed: {failed:?}",
+        failed.len(),
+        cases.len()
+    );
+}
+
+fn import(
+    case: &str,
+    array: arrow_device::ArrowDeviceArray,
+    schema: arrow_device::abi::FFI_ArrowSchema,
+) -> DeviceArray {
+    // SAFETY: the structs come from this crate's exporter.
+    unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }
+        .unwrap_or_else(|e| panic!("{case}: import: {e}"))
+}
+
+#[test]
+fn every_type_round_trips_through_device_pinned_and_managed_memory() {
+    let Some(_gpu) = gpu("every_type_round_trips_through_device_pinned_and_managed_memory") else {
+        return;
+    };
+    for device_type in KINDS {
+        let device = cuda_device(device_type);
+        for_each_case(&format!("{device_type} export/import"), |case, array| {
+            let case = &format!("{device_type} {case}");
+            let (c_array, c_schema) = export_array_to(array.as_ref(), &device)
+                .unwrap_or_else(|e| panic!("{case}: export: {e}"));
+            assert_eq!(
+                (c_array.device_type, c_array.device_id),
+                (device_type, 0),
+                "{case}"
+            );
+            assert!(
+                !c_array.sync_event.is_null(),
+                "{case}: a CUevent* from the copy"
+            );
+            let imported = import(case, c_array, c_schema);
+            let found = imported.device().expect("a device implementation");
+            assert!(
+                found.as_any().downcast_ref::<CudaDevice>().is_some(),
+                "{case}: import finds the registered CUDA device"
+            );
+            let host = imported
+                .to_host()
+                .unwrap_or_else(|e| panic!("{case}: to_host: {e}"));
+            assert_same(case, array.as_ref(), host.as_ref());
+        });
+    }
+}
+
+#[test]
+fn every_type_moves_to_each_cuda_memory_kind_with_to_device_and_back() {
+    let Some(_gpu) = gpu("every_type_moves_to_each_cuda_memory_kind_with_to_device_and_back")
+    else {
+        return;
+    };
+    let cpu = device::cpu();
+    for device_type in KINDS {
+        let device = cuda_device(device_type);
+        // The next kind round the ring: CUDA → CUDA_HOST → CUDA_MANAGED → CUDA.
+        let next = KINDS[(KINDS.iter().position(|k| *k == device_type).unwrap_or(0) + 1) % 3];
+        let other = cuda_device(next);
+        for_each_case(&format!("{device_type} to_device"), |case, array| {
+            let case = &format!("{device_type} {case}");
+            let on_cpu = device_array(array.as_ref(), ValidationLevel::Full);
+            let on_gpu = on_cpu
+                .to_device(&device)
+                .unwrap_or_else(|e| panic!("{case}: to_device: {e}"));
+            assert_eq!(on_gpu.device_type(), device_type, "{case}");
+            assert!(!on_gpu.sync_event().is_null(), "{case}: the copy's event");
+            let back = on_gpu
+                .to_host()
+                .unwrap_or_else(|e| panic!("{case}: to_host: {e}"));
+            assert_same(case, array.as_ref(), back.as_ref());
+            let moved = on_gpu
+                .to_device(&other)
+                .unwrap_or_else(|e| panic!("{case}: to_device({next}): {e}"));
+            assert_eq!(moved.device_type(), next, "{case}");
+            let back = moved
+                .to_host()
+                .unwrap_or_else(|e| panic!("{case}: {next} to_host: {e}"));
+            assert_same(&format!("{case} via {next}"), array.as_ref(), back.as_ref());
+            let home = on_gpu
+                .to_device(&cpu)
+                .unwrap_or_else(|e| panic!("{case}: to_device(cpu): {e}"));
+            let back = home
+                .to_host()
+                .unwrap_or_else(|e| panic!("{case}: cpu to_host: {e}"));
+            assert_same(
+                &format!("{case} back on the CPU"),
+                array.as_ref(),
+                back.as_ref(),
+            );
+        });
+    }
+}
+
+#[test]
+fn an_exported_sync_event_is_a_pointer_to_a_recorded_cuevent() {
+    let Some(_gpu) = gpu("an_exported_sync_event_is_a_pointer_to_a_recorded_cuevent") else {
+        return;
+    };
+    for device_type in KINDS {
+        let device = cuda_device(device_type);
+        let ints = Int32Array::from((0..100_000).collect::<Vec<i32>>());
+        let (c_array, c_schema) = export_array_to(&ints, &device).unwrap();
+        let sync_event = c_array.sync_event;
+        assert!(!sync_event.is_null());
+        // The consumer's two uses of the event, on this device's API.
+        let stream = device.create_stream().unwrap();
+        // SAFETY: the exporter's CUevent*, alive until the array is released.
+        unsafe { device.stream_wait_sync_event(&stream, sync_event) }.unwrap();
+        // SAFETY: as above.
+        unsafe { device.synchronize_sync_event(sync_event) }.unwrap();
+        device.synchronize_stream(&stream).unwrap();
+        // A NULL sync_event means no wait.
+        // SAFETY: NULL is allowed.
+        unsafe { device.stream_wait_sync_event(&stream, std::ptr::null_mut()) }.unwrap();
+        // SAFETY: NULL is allowed.
+        unsafe { device.synchronize_sync_event(std::ptr::null_mut()) }.unwrap();
+
+        let imported = import(&device_type.to_string(), c_array, c_schema);
+        assert_eq!(
+            imported.sync_event(),
+            sync_event,
+            "the import keeps the producer's event"
+        );
+        imported.synchronize().unwrap();
+        // The exported buffers live in the memory the device type names
+        // (the ordinal the driver reports for portable pinned memory is not
+        // pinned down by its documentation, so only the type is compared).
+        let values = imported.buffers()[1].ptr;
+        let found = cuda::pointer_memory_type(values.cast()).unwrap();
+        let matches_kind = match device_type {
+            DeviceType::CUDA => found == PointerMemoryType::Device { device_ordinal: 0 },
+            DeviceType::CUDA_HOST => matches!(found, PointerMemoryType::Host { .. }),
+            _ => matches!(found, PointerMemoryType::Managed { .. }),
+        };
+        assert!(
+            matches_kind,
+            "{device_type}: the values buffer is {found:?}"
+        );
+        assert_eq!(
+            found.device().map(|(t, _)| t),
+            Some(device_type),
+            "classification names the exporting device type"
+        );
+        let back = imported.to_host().unwrap();
+        assert_eq!(back.as_ref(), &ints as &dyn Array, "{device_type}");
+    }
+}
+
+/// Offsets at several levels (strings, large strings, binary, a list of
+/// strings) and a view array with variadic buffers.
+fn batch_with_sizes_to_read() -> RecordBatch {
+    let strings = StringArray::from(vec![Some("a"), None, Some("bcd"), Some("")]);
+    let large = LargeStringArray::from(vec!["x", "yy", "zzz", "wwww"]);
+    let binary = BinaryArray::from(vec![&b"1"[..], b"22", b"", b"4444"]);
+    let lists = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+        Some(vec![Some(1), None]),
+        None,
+        Some(vec![]),
+        Some(vec![Some(4), Some(5), Some(6)]),
+    ]);
+    let views = StringViewArray::from(vec![
+        "short",
+        "a string longer than twelve bytes",
+        "another one longer than twelve",
+        "x",
+    ]);
+    RecordBatch::try_from_iter([
+        ("strings", Arc::new(strings) as ArrayRef),
+        ("large", Arc::new(large) as ArrayRef),
+        ("binary", Arc::new(binary) as ArrayRef),
+        ("lists", Arc::new(lists) as ArrayRef),
+        ("views", Arc::new(views) as ArrayRef),
+    ])
+    .unwrap()
+}
+
+#[test]
+fn import_reads_every_size_of_a_tree_with_one_host_synchronization() {
+    let Some(_gpu) = gpu("import_reads_every_size_of_a_tree_with_one_host_synchronization") else {
+        return;
+    };
+    let batch = batch_with_sizes_to_read();
+    for device_type in KINDS {
+        let device = cuda_device(device_type);
+        let (c_array, c_schema) = export_record_batch_to(&batch, &device).unwrap();
+        let before = counter(&device).host_synchronizations();
+        let imported = import(&device_type.to_string(), c_array, c_schema);
+        let syncs = counter(&device).host_synchronizations() - before;
+        assert_eq!(
+            syncs, 1,
+            "{device_type}: one host synchronization for all sizes"
+        );
+        assert!(
+            imported.buffers().iter().all(|b| b.len.is_some()),
+            "{device_type}: every size is known after import"
+        );
+        assert_eq!(imported.to_record_batch().unwrap(), batch, "{device_type}");
+
+        // Fixed-width data has no sizes to read: no synchronization at all.
+        let ints = Int32Array::from(vec![1, 2, 3]);
+        let (c_array, c_schema) = export_array_to(&ints, &device).unwrap();
+        let before = counter(&device).host_synchronizations();
+        let imported = import(&device_type.to_string(), c_array, c_schema);
+        assert_eq!(
+            counter(&device).host_synchronizations() - before,
+            0,
+            "{device_type}"
+        );
+        drop(imported);
+    }
+}
+
+#[test]
+fn allocations_are_aligned_and_copies_round_trip_on_every_kind() {
+    let Some(_gpu) = gpu("allocations_are_aligned_and_copies_round_trip_on_every_kind") else {
+        return;
+    };
+    let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+    for device_type in KINDS {
+        let device = cuda_device(device_type);
+        let empty = device.allocate(0).unwrap();
+        assert!(
+            !empty.as_ptr().is_null(),
+            "{device_type}: zero-length allocation"
+        );
+        assert_eq!(empty.as_ptr() as usize % 64, 0, "{device_type}");
+        assert_eq!(empty.len(), 0);
+
+        let a = device.allocate(data.len()).unwrap();
+        let b = device.allocate(data.len()).unwrap();
+        assert_eq!(
+            a.as_ptr() as usize % 64,
+            0,
+            "{device_type}: 64-byte aligned"
+        );
+        let stream = device.create_stream().unwrap();
+        let mut back = vec![0u8; data.len()];
+        // SAFETY: every end is valid for data.len() bytes until the
+        // synchronize below.
+        unsafe {
+            device
+                .copy_from_host(data.as_ptr(), a.as_ptr(), data.len(), &stream)
+                .unwrap();
+            device
+                .copy_device_to_device(device.as_ref(), a.as_ptr(), b.as_ptr(), data.len(), &stream)
+                .unwrap();
+            device
+                .copy_to_host(b.as_ptr(), back.as_mut_ptr(), data.len(), &stream)
+                .unwrap();
+        }
+        device.synchronize_stream(&stream).unwrap();
+        assert_eq!(back, data, "{device_type}");
+
+        // An event recorded after the copies completes once they have.
+        let event = device.create_event().unwrap();
+        assert!(!event.sync_event().is_null());
+        device.record_event(&event, &stream).unwrap();
+        // SAFETY: the event lives until the end of this scope.
+        unsafe { device.synchronize_sync_event(event.sync_event()) }.unwrap();
+    }
+}
+
+#[test]
+fn device_memory_is_not_host_readable_but_host_pinned_and_managed_memory_is() {
+    let Some(_gpu) =
+        gpu("device_memory_is_not_host_readable_but_host_pinned_and_managed_memory_is")
+    else {
+        return;
+    };
+    let gpu_memory = cuda_device(DeviceType::CUDA);
+    let host = [0u64; 4];
+    let host_ptr = host.as_ptr().cast::<u8>();
+    assert!(
+        gpu_memory.is_host_readable(host_ptr, 32),
+        "pageable host memory"
+    );
+    // Unregistered, or host memory where the driver maps system memory
+    // (HMM/ATS): readable by the host either way.
+    let found = cuda::pointer_memory_type(host_ptr.cast()).unwrap();
+    assert!(
+        found.is_host_readable(),
+        "pageable host memory is {found:?}"
+    );
+    let on_gpu = gpu_memory.allocate(32).unwrap();
+    assert!(
+        !gpu_memory.is_host_readable(on_gpu.as_ptr(), 32),
+        "device memory"
+    );
+    for device_type in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED] {
+        let memory = cuda_device(device_type).allocate(32).unwrap();
+        assert!(
+            gpu_memory.is_host_readable(memory.as_ptr(), 32),
+            "{device_type} memory seen from the CUDA device"
+        );
+    }
+}
+
+#[test]
+fn devices_are_cached_registered_and_found_by_lookup() {
+    let Some(_gpu) = gpu("devices_are_cached_registered_and_found_by_lookup") else {
+        return;
+    };
+    for device_type in KINDS {
+        let first = cuda_device(device_type);
+        let second = cuda_device(device_type);
+        assert!(Arc::ptr_eq(&first, &second), "{device_type}: one handle");
+        let found = device::lookup(device_type, 0).expect("registered");
+        assert!(
+            Arc::ptr_eq(&first, &found),
+            "{device_type}: lookup finds it"
+        );
+        assert_eq!((found.device_type(), found.device_id()), (device_type, 0));
+        assert_eq!(found.is_cpu_accessible(), device_type != DeviceType::CUDA);
+    }
+    let count = cuda::device_count().unwrap();
+    assert!(count >= 1);
+    let err = cuda::device(DeviceType::CUDA, count as i64).unwrap_err();
+    assert!(matches!(err, Error::Device { .. }), "{err}");
+    assert!(err.to_string().contains("no such GPU"), "{err}");
+    assert!(cuda::device(DeviceType::CUDA, -1).is_err());
+}
