@@ -13,6 +13,7 @@ fi
 
 # Library, CLI and C interop tests, plus every doctest.
 cargo test --workspace --locked
+cargo test -p arrow-device --features cuda --locked --test cuda_absent --test cuda_gpu
 
 # The Python package, built into a virtual environment with its peers.
 python=$(bash scripts/python-env.sh)

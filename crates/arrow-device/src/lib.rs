@@ -47,8 +47,10 @@
 //! * **Variadic buffer sizes of view arrays.** Where the sizes buffer of a
 //!   `string_view`/`binary_view` array lives is unspecified; Arrow C++ puts it
 //!   in host memory even for device arrays. This crate always *exports* it in
-//!   host memory (pinned host memory for CUDA, readable from both sides) and,
-//!   on *import*, asks the device whether the pointer is host-readable
+//!   host memory (ordinary heap memory today, which every consumer's host
+//!   code can read; a GPU kernel reading it directly would need pinned
+//!   memory, planned with the CUDA device) and, on *import*, asks the device
+//!   whether the pointer is host-readable
 //!   ([`device::Device::is_host_readable`]): host memory is read directly,
 //!   device memory through the device's copy API in the same batched read as
 //!   the offsets.
@@ -65,6 +67,7 @@
 
 pub mod abi;
 pub mod array;
+pub mod cai;
 pub mod device;
 pub mod dlpack;
 pub mod error;

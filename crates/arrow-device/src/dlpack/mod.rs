@@ -83,6 +83,7 @@ pub mod abi;
 mod dtype;
 mod export;
 mod import;
+mod stream;
 
 pub use abi::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
@@ -92,6 +93,7 @@ pub use abi::{
 pub use dtype::dlpack_data_type;
 pub use export::{dlpack_device, export_dlpack, export_dlpack_unsynchronized, DlpackTensor};
 pub use import::{import_dlpack, import_dlpack_versioned};
+pub use stream::{dlpack_stream, dlpack_stream_values};
 
 #[cfg(doc)]
 use crate::array::DeviceArray;
