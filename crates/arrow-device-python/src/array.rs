@@ -75,7 +75,8 @@ pub fn requested_field(requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<
 
 /// Anything array-like as a library `DeviceArray`: a `DeviceArray`, or an
 /// object with `__arrow_c_device_array__` or `__arrow_c_array__` (called
-/// with no arguments: nanoarrow's takes no `**kwargs`).
+/// with no arguments: nanoarrow's takes no `**kwargs`), then
+/// `__cuda_array_interface__`, then `__dlpack__`.
 pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<DeviceArray> {
     if let Ok(array) = obj.cast::<PyDeviceArray>() {
         return Ok(array.get().inner.clone());
@@ -120,11 +121,17 @@ pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<De
         // SAFETY: as above.
         return unsafe { DeviceArray::try_from_cpu(array, schema, level) }.py();
     }
+    // Before DLPack: PyTorch and CuPy expose both for CUDA data, and the
+    // interface carries the producer's stream, which DLPack leaves to the
+    // consumer to pass in. CPU tensors raise AttributeError (absent).
+    if let Some(interface) = obj.getattr_opt(pyo3::intern!(py, "__cuda_array_interface__"))? {
+        return crate::cai::import(obj, &interface);
+    }
     if obj.hasattr(pyo3::intern!(py, "__dlpack__"))? {
         return crate::dlpack::import(obj);
     }
     Err(PyTypeError::new_err(format!(
-        "expected a DeviceArray or an object with __arrow_c_device_array__, __arrow_c_array__ or __dlpack__, got {}",
+        "expected a DeviceArray or an object with __arrow_c_device_array__, __arrow_c_array__, __cuda_array_interface__ or __dlpack__, got {}",
         capsule::type_name(obj)
     )))
 }
@@ -268,6 +275,14 @@ impl PyDeviceArray {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         crate::dlpack::export(py, &self.inner, stream, max_version, dl_device, copy)
+    }
+
+    /// The CUDA Array Interface (version 3) of an array on CUDA or
+    /// CUDA_MANAGED memory; `AttributeError` (so `hasattr` is False) for
+    /// anything it cannot describe.
+    #[getter(__cuda_array_interface__)]
+    fn cuda_array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| crate::cai::export(py, &self.inner))
     }
 
     /// `(device type, device id)` as DLPack numbers them.

@@ -3,7 +3,9 @@
 
 use arrow_device::device::{self, emulated::EmulatedDevice, DeviceRef};
 use arrow_device::DeviceType;
-use pyo3::exceptions::PyValueError;
+
+use crate::errors::IntoPy;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A device: `.type` (a `DeviceType`, or the plain integer for a type
@@ -121,9 +123,67 @@ pub fn emulated(id: i64) -> PyResult<PyDevice> {
     Ok(PyDevice::new(device))
 }
 
-/// The devices available in this process: the CPU and the emulated device
-/// 0 (any emulated id from 0 to 1023 can be had with `emulated(id)`).
+/// The devices available in this process: the CPU, the emulated device 0
+/// (any emulated id from 0 to 1023 can be had with `emulated(id)`), and,
+/// when a CUDA driver and GPUs are present, each GPU's device, pinned and
+/// managed memory.
 #[pyfunction]
 pub fn devices() -> PyResult<Vec<PyDevice>> {
-    Ok(vec![cpu(), emulated(0)?])
+    let mut found = vec![cpu(), emulated(0)?];
+    if arrow_device::device::cuda::is_available() {
+        let gpus = arrow_device::device::cuda::device_count().py()?;
+        for id in 0..gpus as i64 {
+            for device_type in [
+                DeviceType::CUDA,
+                DeviceType::CUDA_HOST,
+                DeviceType::CUDA_MANAGED,
+            ] {
+                found.push(PyDevice::new(cuda_device(device_type, id)?));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// CUDA device memory of GPU `id`.
+#[pyfunction]
+#[pyo3(signature = (id = 0))]
+pub fn cuda(id: i64) -> PyResult<PyDevice> {
+    cuda_device(DeviceType::CUDA, id).map(PyDevice::new)
+}
+
+/// Pinned host memory (`cudaMallocHost`) of GPU `id`'s context.
+#[pyfunction]
+#[pyo3(signature = (id = 0))]
+pub fn cuda_host(id: i64) -> PyResult<PyDevice> {
+    cuda_device(DeviceType::CUDA_HOST, id).map(PyDevice::new)
+}
+
+/// Managed (unified) memory of GPU `id`.
+#[pyfunction]
+#[pyo3(signature = (id = 0))]
+pub fn cuda_managed(id: i64) -> PyResult<PyDevice> {
+    cuda_device(DeviceType::CUDA_MANAGED, id).map(PyDevice::new)
+}
+
+/// The CUDA device `(device_type, id)` (CUDA, CUDA_HOST or CUDA_MANAGED),
+/// through the library's CUDA support (the driver loaded at run time).
+/// Without a driver or GPU it raises `RuntimeError` saying why, never a
+/// panic.
+pub fn cuda_device(device_type: DeviceType, id: i64) -> PyResult<DeviceRef> {
+    if id < 0 {
+        return Err(PyValueError::new_err(format!(
+            "CUDA device ids are 0 or more, got {id}"
+        )));
+    }
+    crate::errors::guard(|| {
+        arrow_device::device::cuda::device(device_type, id).map_err(|err| {
+            cuda_unavailable(&format!("cannot open {device_type} device {id}: {err}"))
+        })
+    })
+}
+
+/// The error for anything that needs CUDA in a process without it.
+pub fn cuda_unavailable(what: &str) -> PyErr {
+    PyRuntimeError::new_err(format!("CUDA is not available in this process: {what}"))
 }

@@ -16,7 +16,7 @@ use arrow_device::DeviceArray;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyBool, PyCapsule};
 
 use crate::capsule::type_name;
 use crate::errors::{guard, to_py};
@@ -33,8 +33,10 @@ pub fn device(array: &DeviceArray) -> PyResult<(i32, i64)> {
 /// * `max_version` `(1, x)` or later gets a versioned capsule; `None` or an
 ///   older one the legacy capsule (spec: "if max_version is None ... the
 ///   producer should use the legacy").
-/// * `stream`: for the CPU and the emulated device it must be `None` or -1;
-///   the producer's event is waited on before the capsule is returned.
+/// * `stream`: checked by the library's rules (`dlpack_stream`: `None` or
+///   -1 for the CPU and the emulated device; CUDA's values for CUDA
+///   memory); the producer's event is waited on before the capsule is
+///   returned, which is correct for every consumer stream.
 /// * `dl_device` other than the array's, and `copy=True`, are refused with
 ///   `BufferError`: this library copies between devices only when asked
 ///   through `DeviceArray.to`.
@@ -47,19 +49,12 @@ pub fn export<'py>(
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
-        if let Some(stream) = stream.filter(|s| !s.is_none()) {
-            let value: Option<i64> = stream.extract().ok();
-            if value != Some(-1) {
-                return Err(PyValueError::new_err(format!(
-                    "stream must be None or -1 for device type {}, got {}",
-                    array.device_type(),
-                    stream
-                        .repr()
-                        .map(|r| r.to_string())
-                        .unwrap_or_else(|_| type_name(stream))
-                )));
-            }
-        }
+        // The library's rules for the consumer's stream. Whatever stream it
+        // names, `export_dlpack` waits on the host for the producer's event,
+        // which orders the data before every stream; with the CUDA device,
+        // making that stream wait on the event instead avoids blocking.
+        let _stream = dlpack::dlpack_stream(array.device_type(), stream_argument(array, stream)?)
+            .map_err(to_py)?;
         let (device_type, device_id) = device(array)?;
         if let Some((want_type, want_id)) = dl_device {
             if (want_type, i64::from(want_id)) != (device_type, device_id) {
@@ -88,6 +83,29 @@ pub fn export<'py>(
             unsafe { new_capsule(py, raw.cast(), CAPSULE_NAME, drop_legacy) }
         }
     })
+}
+
+/// `stream` as an integer, or `None`; anything else (a bool, a float, an
+/// int beyond 64 bits) is a `ValueError` listing the allowed values.
+fn stream_argument(
+    array: &DeviceArray,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<i64>> {
+    let Some(stream) = stream.filter(|s| !s.is_none()) else {
+        return Ok(None);
+    };
+    match stream.extract::<i64>() {
+        Ok(value) if !stream.is_instance_of::<PyBool>() => Ok(Some(value)),
+        _ => Err(PyValueError::new_err(format!(
+            "stream must be {} for device type {}, got {}",
+            dlpack::dlpack_stream_values(array.device_type()),
+            array.device_type(),
+            stream
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| type_name(stream))
+        ))),
+    }
 }
 
 /// What DLPack cannot carry is a `BufferError` (the array API's error for

@@ -6,6 +6,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod array;
+mod cai;
 mod capsule;
 mod device;
 mod dlpack;
@@ -25,5 +26,8 @@ fn _arrow_device(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::cpu, m)?)?;
     m.add_function(wrap_pyfunction!(device::emulated, m)?)?;
     m.add_function(wrap_pyfunction!(device::devices, m)?)?;
+    m.add_function(wrap_pyfunction!(device::cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(device::cuda_host, m)?)?;
+    m.add_function(wrap_pyfunction!(device::cuda_managed, m)?)?;
     Ok(())
 }

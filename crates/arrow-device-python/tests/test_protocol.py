@@ -448,7 +448,7 @@ def test_pyarrow_array_round_trips_zero_copy(ints):
 
 @pytest.mark.parametrize("obj", [5, "text", None, object(), [1, 2, 3]])
 def test_array_of_a_wrong_type_raises_type_error_naming_the_protocols(obj):
-    with pytest.raises(TypeError, match="__arrow_c_device_array__, __arrow_c_array__ or __dlpack__"):
+    with pytest.raises(TypeError, match="__arrow_c_device_array__, __arrow_c_array__, __cuda_array_interface__ or __dlpack__"):
         ad.array(obj)
 
 

@@ -1,6 +1,6 @@
 """Type stubs of the native module (re-exported by ``arrow_device``)."""
 
-from typing import Any, Iterator, Literal, Optional, Protocol, Tuple, Union
+from typing import Any, Dict, Iterator, Literal, Optional, Protocol, Tuple, Union
 
 from ._types import DeviceType
 
@@ -16,6 +16,10 @@ class _ArrowArrayExportable(Protocol):
         self, requested_schema: Optional[object] = None
     ) -> Tuple[object, object]: ...
 
+class _CudaArrayInterfaceExportable(Protocol):
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]: ...
+
 class _DLPackExportable(Protocol):
     def __dlpack__(self, **kwargs: Any) -> object: ...
 
@@ -28,7 +32,11 @@ class _ArrowDeviceStreamExportable(Protocol):
     ) -> object: ...
 
 ArrayLike = Union[
-    "DeviceArray", _ArrowDeviceArrayExportable, _ArrowArrayExportable, _DLPackExportable
+    "DeviceArray",
+    _ArrowDeviceArrayExportable,
+    _ArrowArrayExportable,
+    _CudaArrayInterfaceExportable,
+    _DLPackExportable,
 ]
 
 class Device:
@@ -73,6 +81,9 @@ class DeviceArray:
         copy: Optional[bool] = None,
     ) -> object: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """Version 3 dict for CUDA / CUDA_MANAGED arrays; AttributeError otherwise."""
 
 class DeviceStream:
     """A stream of DeviceArrays, read once."""
@@ -103,4 +114,10 @@ def stream(
 
 def cpu() -> Device: ...
 def emulated(id: int = 0) -> Device: ...
+def cuda(id: int = 0) -> Device:
+    """CUDA device memory; RuntimeError when CUDA is not available."""
+def cuda_host(id: int = 0) -> Device:
+    """CUDA pinned host memory; RuntimeError when CUDA is not available."""
+def cuda_managed(id: int = 0) -> Device:
+    """CUDA managed memory; RuntimeError when CUDA is not available."""
 def devices() -> list[Device]: ...
