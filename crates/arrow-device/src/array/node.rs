@@ -85,6 +85,22 @@ unsafe impl Send for Node {}
 unsafe impl Sync for Node {}
 
 impl Node {
+    /// A fixed-width array of `len` values in `values`, with no validity
+    /// buffer and no nulls: what DLPack and the CUDA Array Interface hand in.
+    pub(crate) fn primitive(data_type: DataType, len: usize, values: RawBuf) -> Node {
+        Node {
+            data_type,
+            len,
+            offset: 0,
+            null_count: Some(0),
+            buffers: Buffers::from_iter([RawBuf::NULL, values]),
+            children: Vec::new(),
+            dictionary: None,
+            data_shift: None,
+            pending: Pending::None,
+        }
+    }
+
     /// The slots the buffers must cover: `offset + len`.
     pub(crate) fn slots(&self) -> usize {
         self.offset + self.len

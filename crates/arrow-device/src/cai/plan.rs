@@ -10,7 +10,7 @@ use arrow_schema::{DataType, Field};
 use super::entries::structured;
 use super::typestr::{self, Element};
 use super::{invalid, key, CudaArrayInterface, ROOT};
-use crate::array::node::{Buffers, Node, Pending, RawBuf};
+use crate::array::node::{Node, RawBuf};
 use crate::array::DeviceArray;
 use crate::device::DeviceRef;
 use crate::error::{Error, Result};
@@ -302,17 +302,7 @@ pub unsafe fn import(
             len: bytes,
         }
     };
-    let node = Node {
-        data_type: plan.data_type.clone(),
-        len: plan.len,
-        offset: 0,
-        null_count: Some(0),
-        buffers: Buffers::from_iter([RawBuf::NULL, values]),
-        children: Vec::new(),
-        dictionary: None,
-        data_shift: None,
-        pending: Pending::None,
-    };
+    let node = Node::primitive(plan.data_type.clone(), plan.len, values);
     let (device_type, device_id) = (device.device_type(), device.device_id());
     Ok(DeviceArray::from_node(
         node,

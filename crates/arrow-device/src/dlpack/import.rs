@@ -15,7 +15,7 @@ use super::abi::*;
 use super::dtype::{arrow_data_type, Imported};
 use crate::abi::DeviceType;
 use crate::array::export::KeepAlive;
-use crate::array::node::{Buffers, Node, Pending, RawBuf};
+use crate::array::node::{Node, RawBuf};
 use crate::array::DeviceArray;
 use crate::device;
 use crate::error::{Error, Path, Result};
@@ -200,17 +200,7 @@ unsafe fn import_tensor(tensor: &DLTensor, owner: Owner) -> Result<DeviceArray> 
             return Ok(unsafe { bool_array(values) });
         }
     };
-    let node = Node {
-        data_type: data_type.clone(),
-        len,
-        offset: 0,
-        null_count: Some(0),
-        buffers: Buffers::from_iter([RawBuf::NULL, values]),
-        children: Vec::new(),
-        dictionary: None,
-        data_shift: None,
-        pending: Pending::None,
-    };
+    let node = Node::primitive(data_type.clone(), len, values);
     let keep: KeepAlive = Arc::new(owner);
     Ok(DeviceArray::from_node(
         node,
