@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow_array::types::Int32Type;
@@ -25,7 +24,7 @@ use arrow_device::device::cuda::{self, CudaDevice, PointerMemoryType};
 use arrow_device::device::{self, DeviceRef};
 use arrow_device::{export_array_to, export_record_batch_to, DeviceArray, Error, ValidationLevel};
 
-use common::{all_types, assert_same, device_array};
+use common::{assert_same, device_array, for_each_case};
 
 const KINDS: [DeviceType; 3] = [
     DeviceType::CUDA,
@@ -56,24 +55,6 @@ fn counter(device: &DeviceRef) -> &CudaDevice {
         .as_any()
         .downcast_ref::<CudaDevice>()
         .expect("cuda::device returns a CudaDevice")
-}
-
-/// Runs `check` on every case of `all_types`, catching panics, and fails
-/// once with the names of all failing cases.
-fn for_each_case(what: &str, mut check: impl FnMut(&str, &ArrayRef)) {
-    let cases = all_types();
-    let mut failed = Vec::new();
-    for (name, array) in &cases {
-        if catch_unwind(AssertUnwindSafe(|| check(name, array))).is_err() {
-            failed.push(name.clone());
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{what}: {} of {} cases failed: {failed:?}",
-        failed.len(),
-        cases.len()
-    );
 }
 
 fn import(

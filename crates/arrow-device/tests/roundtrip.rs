@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_device::abi::raw;
 use arrow_device::device;
@@ -20,31 +18,8 @@ use arrow_device::{
 
 use common::{
     all_types, assert_batch_round_trips, assert_released_once, assert_same, batch_with_metadata,
-    counting, emulated,
+    counting, emulated, for_each_case,
 };
-
-/// Runs `check` on every case, catching panics, and fails once with the
-/// names of all failing cases (their messages are printed as they happen).
-fn for_each_case(what: &str, mut check: impl FnMut(&str, &ArrayRef)) {
-    let cases = all_types();
-    assert!(
-        cases.len() >= 70,
-        "the fixture lost cases: {} left",
-        cases.len()
-    );
-    let mut failed = Vec::new();
-    for (name, array) in &cases {
-        if catch_unwind(AssertUnwindSafe(|| check(name, array))).is_err() {
-            failed.push(name.clone());
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "{what}: {} of {} cases failed: {failed:?}",
-        failed.len(),
-        cases.len()
-    );
-}
 
 /// The windows each case is sliced at: offset 1 (a partial first byte of the
 /// bitmaps), offset 3 to the end (a bit offset that is not a byte boundary),

@@ -17,10 +17,11 @@ mod types;
 
 use std::ffi::c_int;
 use std::fmt::Display;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
 use arrow_device::device::DeviceRef;
 use arrow_device::{
@@ -183,4 +184,28 @@ pub fn assert_consumer_error(err: &Error, code: c_int, needle: &str) {
     };
     assert_eq!(*found, code, "the consumer's errno in {err}");
     assert_mentions(message, needle);
+}
+
+/// Runs `check` on every case of [`all_types`], catching panics, and fails
+/// once with the names of all failing cases (their messages are printed as
+/// they happen).
+pub fn for_each_case(what: &str, mut check: impl FnMut(&str, &ArrayRef)) {
+    let cases = all_types();
+    assert!(
+        cases.len() >= 70,
+        "the fixture lost cases: {} left",
+        cases.len()
+    );
+    let mut failed = Vec::new();
+    for (name, array) in &cases {
+        if catch_unwind(AssertUnwindSafe(|| check(name, array))).is_err() {
+            failed.push(name.clone());
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{what}: {} of {} cases failed: {failed:?}",
+        failed.len(),
+        cases.len()
+    );
 }
