@@ -45,7 +45,7 @@ use crate::abi::{
 };
 use crate::error::{Error, Result};
 use crate::stream::export::error_cstring;
-use crate::stream::stream_error;
+use crate::stream::{check_stream_callbacks, stream_error};
 
 /// Wraps a C stream as a CPU device stream, zero-copy. Fails when the C
 /// stream is released or lacks a callback.
@@ -55,7 +55,7 @@ pub fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDevic
         last_error: None,
     });
     let inner = raw::stream_mut(&mut private.inner);
-    check_callbacks(
+    check_stream_callbacks(
         inner.release.is_some(),
         [
             inner.get_schema.is_some(),
@@ -76,7 +76,7 @@ pub fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDevic
 /// Wraps a CPU device stream as a C stream, zero-copy. Fails when the device
 /// stream is not on the CPU, is released, or lacks a callback.
 pub fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_ArrowArrayStream> {
-    check_callbacks(
+    check_stream_callbacks(
         !stream.is_released(),
         [
             stream.get_schema.is_some(),
@@ -102,18 +102,6 @@ pub fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_Arro
     fields.release = Some(release::<raw::ArrowArrayStream, ArrowDeviceArrayStream>);
     fields.private_data = Box::into_raw(private).cast();
     Ok(out)
-}
-
-fn check_callbacks(live: bool, present: [bool; 3]) -> Result<()> {
-    if !live {
-        return Err(stream_error("the stream was released (release is NULL)"));
-    }
-    if present.contains(&false) {
-        return Err(stream_error(
-            "the stream's get_schema, get_next and get_last_error must all be non-NULL",
-        ));
-    }
-    Ok(())
 }
 
 /// The private data of both bridges: the wrapped stream (released when the

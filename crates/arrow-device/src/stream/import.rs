@@ -44,7 +44,7 @@ use crate::abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType, FFI_Arrow
 use crate::array::DeviceArray;
 use crate::error::{Error, Result};
 use crate::schema::import_field;
-use crate::stream::stream_error;
+use crate::stream::{check_stream_callbacks, stream_error};
 use crate::validate::ValidationLevel;
 
 /// A device stream from any producer, read batch by batch.
@@ -77,15 +77,16 @@ impl DeviceStreamReader {
             index: 0,
         };
         let stream = &mut reader.stream;
-        if stream.is_released() {
-            return Err(stream_error("the stream was released (release is NULL)"));
-        }
-        let (Some(get_schema), Some(_), Some(_)) =
-            (stream.get_schema, stream.get_next, stream.get_last_error)
-        else {
-            return Err(stream_error(
-                "the stream's get_schema, get_next and get_last_error must all be non-NULL",
-            ));
+        check_stream_callbacks(
+            !stream.is_released(),
+            [
+                stream.get_schema.is_some(),
+                stream.get_next.is_some(),
+                stream.get_last_error.is_some(),
+            ],
+        )?;
+        let Some(get_schema) = stream.get_schema else {
+            unreachable!("checked non-NULL just above")
         };
         let mut schema = FFI_ArrowSchema::empty();
         // SAFETY: the producer's callback on its own stream, with a released

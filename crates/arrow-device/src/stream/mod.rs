@@ -27,6 +27,21 @@ pub(crate) fn stream_error(message: impl Into<String>) -> crate::Error {
     }
 }
 
+/// The checks every consumer of a foreign stream makes first: not released,
+/// and the three mandatory callbacks present (`live` and `present` are read
+/// off either stream struct).
+pub(crate) fn check_stream_callbacks(live: bool, present: [bool; 3]) -> crate::Result<()> {
+    if !live {
+        return Err(stream_error("the stream was released (release is NULL)"));
+    }
+    if present.contains(&false) {
+        return Err(stream_error(
+            "the stream's get_schema, get_next and get_last_error must all be non-NULL",
+        ));
+    }
+    Ok(())
+}
+
 /// Exports batch `index` of a record-batch stream whose schema is `schema`:
 /// zero-copy on the CPU (`device` `None`) or copied onto `device`. A batch
 /// of other columns would be misread by the consumer, so it never leaves.
