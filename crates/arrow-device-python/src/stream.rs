@@ -11,7 +11,7 @@ use arrow_device::stream::{
     check_stream_array, device_stream_from_ffi, export_device_arrays, ffi_stream_from_device,
     DeviceStreamReader,
 };
-use arrow_device::{same_data, DeviceArray, DeviceType, Error, ValidationLevel};
+use arrow_device::{check_representation, DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::Field;
 use pyo3::exceptions::{
     PyMemoryError, PyNotImplementedError, PyRuntimeError, PyStopIteration, PyTypeError,
@@ -239,16 +239,7 @@ impl PyDeviceStream {
     ) -> PyResult<ArrowDeviceArrayStream> {
         let requested = requested_field(requested_schema)?;
         if let Some(field) = &requested {
-            if !same_data(self.field.data_type(), field.data_type()) {
-                return Err(to_py(Error::invalid(
-                    &arrow_device::error::Path::root(),
-                    format!(
-                        "requested type {} is not another representation of {}",
-                        field.data_type(),
-                        self.field.data_type()
-                    ),
-                )));
-            }
+            check_representation(self.field.data_type(), field.data_type()).py()?;
         }
         let batches = self.take()?;
         match requested {

@@ -77,8 +77,8 @@ pub mod validate;
 
 pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};
 pub use array::{
-    export_array, export_array_to, export_record_batch, export_record_batch_to, same_data,
-    BufferInfo, DeviceArray,
+    check_representation, export_array, export_array_to, export_record_batch,
+    export_record_batch_to, same_data, BufferInfo, DeviceArray,
 };
 pub use error::{Error, Result};
 pub use validate::ValidationLevel;

@@ -31,4 +31,4 @@ mod represent;
 
 pub use device_array::{BufferInfo, DeviceArray};
 pub use export::{export_array, export_array_to, export_record_batch, export_record_batch_to};
-pub use represent::same_data;
+pub use represent::{check_representation, same_data};

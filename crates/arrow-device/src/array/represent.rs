@@ -44,12 +44,7 @@ impl DeviceArray {
     pub fn to_representation(&self, field: &Field) -> Result<DeviceArray> {
         let from = self.data_type();
         let to = field.data_type();
-        if !same_data(from, to) {
-            return Err(Error::invalid(
-                &Path::root(),
-                format!("requested type {to} is not another representation of {from}"),
-            ));
-        }
+        check_representation(from, to)?;
         if !field.is_nullable() && self.null_count() != Some(0) {
             return Err(Error::invalid(
                 &Path::root(),
@@ -69,6 +64,19 @@ impl DeviceArray {
         let (array, _schema) = export_array(converted.as_ref())?;
         // SAFETY: our own export of arrow-rs data that `cast` built.
         unsafe { DeviceArray::try_new_with_field(array, field.clone(), ValidationLevel::None) }
+    }
+}
+
+/// An error unless `to` holds the data of `from` in another layout (what a
+/// stream checks once, before converting each batch).
+pub fn check_representation(from: &DataType, to: &DataType) -> Result<()> {
+    if same_data(from, to) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            &Path::root(),
+            format!("requested type {to} is not another representation of {from}"),
+        ))
     }
 }
 
