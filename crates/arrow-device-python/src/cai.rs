@@ -1,12 +1,14 @@
 //! The CUDA Array Interface (`__cuda_array_interface__`, versions 2 and 3)
-//! over the library's `arrow_device::cai`: this file only converts the
-//! dict's Python values to the library's `Value`s and back; every rule
-//! (missing keys, types, stream 0, strides, ...) is the library's.
-//!
-//! Importing device memory needs the CUDA device, which this build does not
-//! have: `import_on_cuda` is the one place that changes when it does.
+//! over the library: `arrow_device::cai` has every rule of the dict
+//! (missing keys, types, stream 0, strides, ...) and
+//! `arrow_device::device::cuda` imports and exports the memory (streams,
+//! masks, `|b1` packing). This file only converts the dict's Python values
+//! to the library's `Value`s and back, and makes the mask object.
 
-use arrow_device::cai::{self, CudaArrayInterface, ImportPlan, Value};
+use std::sync::Arc;
+
+use arrow_device::cai::{CudaArrayInterface, Value};
+use arrow_device::device::cuda;
 use arrow_device::{DeviceArray, Error};
 use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::prelude::*;
@@ -35,70 +37,80 @@ struct PyOwners {
 
 /// `arrow_device.array(obj)` for an object whose `__cuda_array_interface__`
 /// is `interface`: checked by the library's rules (a `ValueError` or
-/// `TypeError` naming the entry), then imported on its CUDA device.
+/// `TypeError` naming the entry), then imported on the CUDA device its
+/// pointer belongs to, ordered after its `stream` without blocking.
 pub fn import(obj: &Bound<'_, PyAny>, interface: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
+    let py = obj.py();
     let mut owners = vec![obj.clone().unbind()];
     let entries = entries(interface, &mut owners, 0)?;
     let plan = CudaArrayInterface::from_entries(entries)
         .and_then(|cai| cai.validate())
         .py()?;
-    import_on_cuda(&plan, PyOwners { _objects: owners })
+    if !cuda::is_available() {
+        return Err(cuda_unavailable(
+            "cannot import an object with __cuda_array_interface__ (its dict is valid): no \
+             CUDA driver or GPU",
+        ));
+    }
+    let owner = Arc::new(PyOwners { _objects: owners });
+    // SAFETY: a validated plan of the interface of `obj`, which `owner`
+    // keeps alive; the spec makes the producer answer for its pointers and
+    // its stream.
+    py.detach(|| unsafe { cuda::import_cai(&plan, owner) }).py()
 }
 
-/// The single call site that needs the CUDA device and a stream wait on a
-/// raw `CUstream` (not in the library yet). It is to become:
-///
-/// ```text
-/// let (device_type, ordinal) = cuda::pointer_memory_type(plan.data_ptr)?; // CUDA or CUDA_MANAGED
-/// let device = crate::device::cuda_device(device_type, ordinal)?;
-/// // wait on plan.stream (and plan.mask's stream) on `device`, then:
-/// // SAFETY: validated plan of a live producer kept by the owner; stream waited on.
-/// unsafe { cai::import(&plan, device, Arc::new(owner)) }.py()
-/// ```
-///
-/// A zero-size array has no pointer to ask: use device 0's context.
-fn import_on_cuda(plan: &ImportPlan, owner: PyOwners) -> PyResult<DeviceArray> {
-    let _ = (plan, owner);
-    let why = if arrow_device::device::cuda::is_available() {
-        "importing CUDA memory from __cuda_array_interface__ (honouring its stream) is not implemented yet"
-    } else {
-        "no CUDA driver or GPU"
-    };
-    Err(cuda_unavailable(&format!(
-        "cannot import an object with __cuda_array_interface__ (its dict is valid): {why}"
-    )))
+/// The mask object of an exported interface: exposes the mask's own
+/// `__cuda_array_interface__` (`|b1`, one byte per value, 1 for valid) and
+/// keeps the bytes alive.
+#[pyclass(name = "CudaArrayMask", module = "arrow_device", frozen)]
+pub struct PyCudaArrayMask {
+    interface: CudaArrayInterface,
+    _bytes: DeviceArray,
+}
+
+#[pymethods]
+impl PyCudaArrayMask {
+    #[getter(__cuda_array_interface__)]
+    fn cuda_array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        to_dict(py, &self.interface)
+    }
+
+    fn __len__(&self) -> usize {
+        self._bytes.len()
+    }
 }
 
 /// `DeviceArray.__cuda_array_interface__`: the version 3 dict of an array on
-/// CUDA or CUDA_MANAGED memory. Anything the interface cannot describe
-/// (another device, nulls, a type without a typestr) raises
-/// `AttributeError`, so that `hasattr(x, "__cuda_array_interface__")`, how
-/// consumers probe for it, is False.
-///
-/// `stream` is `None`: the array's `sync_event` is waited on first, on the
-/// host, so no work is pending (spec: "If there is no work enqueued on the
-/// data, then the stream entry may be either None, or not provided").
-/// With the CUDA device, a stream made to wait on the event (and kept alive
-/// as long as the array) would avoid blocking the host.
+/// CUDA or CUDA_MANAGED memory, from the library's `export_cai`: `stream`
+/// is `None` when no work is pending, otherwise a stream of the device that
+/// orders after the array's `sync_event`; an array with nulls has a `mask`
+/// object. Anything the interface cannot describe (another device, a type
+/// without a typestr, nulls without a CUDA device) raises `AttributeError`,
+/// so that `hasattr(x, "__cuda_array_interface__")`, how consumers probe
+/// for it, is False.
 pub fn export<'py>(py: Python<'py>, array: &DeviceArray) -> PyResult<Bound<'py, PyDict>> {
-    let cai = cai::describe(array).map_err(|err| match err {
-        Error::NotSupported(message) => {
-            PyAttributeError::new_err(format!("__cuda_array_interface__: {message}"))
-        }
-        other => to_py(other),
-    })?;
-    if !array.sync_event().is_null() {
-        if array.device().is_none() {
-            return Err(cuda_unavailable(&format!(
-                "cannot wait on the sync_event of an array on {} device {}",
-                array.device_type(),
-                array.device_id()
-            )));
-        }
-        py.detach(|| array.synchronize()).py()?;
+    let exported = py
+        .detach(|| cuda::export_cai(array))
+        .map_err(|err| match err {
+            Error::NotSupported(message) => {
+                PyAttributeError::new_err(format!("__cuda_array_interface__: {message}"))
+            }
+            other => to_py(other),
+        })?;
+    let dict = to_dict(py, &exported.interface)?;
+    if let Some(mask) = exported.mask {
+        let mask = PyCudaArrayMask {
+            interface: mask.interface,
+            _bytes: mask.bytes,
+        };
+        dict.set_item("mask", Bound::new(py, mask)?)?;
     }
+    Ok(dict)
+}
+
+fn to_dict<'py>(py: Python<'py>, interface: &CudaArrayInterface) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (key, value) in cai.to_entries() {
+    for (key, value) in interface.to_entries() {
         dict.set_item(key, to_py_value(py, &value)?)?;
     }
     Ok(dict)

@@ -8,11 +8,13 @@
 
 use std::ffi::{c_void, CStr};
 
+use arrow_device::cai::StreamSync;
+use arrow_device::device::{cuda, DeviceRef};
 use arrow_device::dlpack::{
     self, DLManagedTensor, DLManagedTensorVersioned, CAPSULE_NAME, USED_CAPSULE_NAME,
     USED_VERSIONED_CAPSULE_NAME, VERSIONED_CAPSULE_NAME,
 };
-use arrow_device::DeviceArray;
+use arrow_device::{DeviceArray, DeviceType};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -35,8 +37,10 @@ pub fn device(array: &DeviceArray) -> PyResult<(i32, i64)> {
 ///   producer should use the legacy").
 /// * `stream`: checked by the library's rules (`dlpack_stream`: `None` or
 ///   -1 for the CPU and the emulated device; CUDA's values for CUDA
-///   memory); the producer's event is waited on before the capsule is
-///   returned, which is correct for every consumer stream.
+///   memory). For a CUDA array the consumer's stream waits on the array's
+///   event on the device (`export_dlpack_for_stream`; -1: no
+///   synchronization); elsewhere the host waits before the capsule is
+///   returned.
 /// * `dl_device` other than the array's, and `copy=True`, are refused with
 ///   `BufferError`: this library copies between devices only when asked
 ///   through `DeviceArray.to`.
@@ -49,11 +53,9 @@ pub fn export<'py>(
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
-        // The library's rules for the consumer's stream. Whatever stream it
-        // names, `export_dlpack` waits on the host for the producer's event,
-        // which orders the data before every stream; with the CUDA device,
-        // making that stream wait on the event instead avoids blocking.
-        let _stream = dlpack::dlpack_stream(array.device_type(), stream_argument(array, stream)?)
+        // The library's rules for the consumer's stream; a CUDA array's
+        // event is then waited on by that stream, on the device.
+        let sync = dlpack::dlpack_stream(array.device_type(), stream_argument(array, stream)?)
             .map_err(to_py)?;
         let (device_type, device_id) = device(array)?;
         if let Some((want_type, want_id)) = dl_device {
@@ -70,7 +72,7 @@ pub fn export<'py>(
         }
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
         let tensor = py
-            .detach(|| dlpack::export_dlpack(array, versioned))
+            .detach(|| dlpack::export_dlpack_for_stream(array, versioned, sync))
             .map_err(dlpack_error)?;
         if versioned {
             let raw = tensor.into_raw_versioned().map_err(dlpack_error)?;
@@ -194,10 +196,19 @@ unsafe extern "C" fn drop_versioned(capsule: *mut ffi::PyObject) {
 /// versioned capsule (`max_version=(1, 1)`), retrying with no arguments for
 /// producers that predate it, and takes the tensor over (renaming the
 /// capsule, spec: "Consumer ... must rename the capsule").
+///
+/// For a producer on CUDA memory (`__dlpack_device__` says CUDA or
+/// CUDA_MANAGED), the consumer's stream passed in is the CUDA device's
+/// interface stream; the array is then ordered after it by an event (its
+/// `sync_event`), so the host never waits.
 pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     let py = obj.py();
+    let consumer = consumer_stream(obj)?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("max_version", (1, 1))?;
+    if let Some((_, handle)) = &consumer {
+        kwargs.set_item("stream", *handle)?;
+    }
     let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
         Ok(capsule) => capsule,
         // Only a producer that predates max_version is asked again; a
@@ -207,10 +218,52 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
         }
         Err(err) => return Err(err),
     };
+    let array = take_tensor(&capsule)?;
+    match consumer {
+        None => Ok(array),
+        Some((device, handle)) => {
+            let cuda = device
+                .as_any()
+                .downcast_ref::<cuda::CudaDevice>()
+                .ok_or_else(|| PyValueError::new_err("the consumer stream's device is not CUDA"))?;
+            // SAFETY: the interface stream lives for the process.
+            unsafe { cuda.order_after_stream(&array, StreamSync::Handle(handle)) }.map_err(to_py)
+        }
+    }
+}
+
+/// The CUDA device and stream to hand a producer whose
+/// `__dlpack_device__()` is CUDA or CUDA_MANAGED memory, when CUDA works
+/// here; `None` for other producers.
+fn consumer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<(DeviceRef, u64)>> {
+    let py = obj.py();
+    let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__dlpack_device__"))? else {
+        return Ok(None);
+    };
+    let (device_type, device_id): (i32, i64) = method.call0()?.extract().map_err(|_| {
+        PyTypeError::new_err("__dlpack_device__() must return (device_type: int, device_id: int)")
+    })?;
+    let device_type = DeviceType(device_type);
+    if !matches!(device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) || !cuda::is_available()
+    {
+        return Ok(None);
+    }
+    let device = cuda::device(device_type, device_id).map_err(to_py)?;
+    let handle = device
+        .as_any()
+        .downcast_ref::<cuda::CudaDevice>()
+        .map(|cuda| cuda.interface_stream())
+        .transpose()
+        .map_err(to_py)?;
+    Ok(handle.map(|handle| (device, handle)))
+}
+
+/// Takes over the tensor of a `__dlpack__()` result (renaming its capsule).
+fn take_tensor(capsule: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
         PyTypeError::new_err(format!(
             "__dlpack__() must return a PyCapsule, got {}",
-            type_name(&capsule)
+            type_name(capsule)
         ))
     })?;
     if capsule.is_valid_checked(Some(VERSIONED_CAPSULE_NAME)) {

@@ -21,6 +21,7 @@ fn _arrow_device(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyDevice>()?;
     m.add_class::<array::PyDeviceArray>()?;
     m.add_class::<stream::PyDeviceStream>()?;
+    m.add_class::<cai::PyCudaArrayMask>()?;
     m.add_function(wrap_pyfunction!(array::array, m)?)?;
     m.add_function(wrap_pyfunction!(stream::stream, m)?)?;
     m.add_function(wrap_pyfunction!(device::cpu, m)?)?;

@@ -10,6 +10,9 @@
 
 use arrow_array::{Array, Int32Array};
 use arrow_device::abi::DeviceType;
+use std::sync::Arc;
+
+use arrow_device::cai;
 use arrow_device::device;
 use arrow_device::device::cuda::{self, MemoryKind, PointerMemoryType};
 use arrow_device::{export_array, DeviceArray, Error, ValidationLevel};
@@ -98,6 +101,101 @@ fn without_libcuda_lookup_falls_back_to_host_access_for_pinned_and_managed_memor
             unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }.unwrap();
         assert_eq!(imported.to_host().unwrap().as_ref(), &ints as &dyn Array);
     }
+}
+
+/// A validated plan for `n` int32 values at a made-up device address.
+fn int32_plan(n: i128, mask: bool, stream: Option<i128>) -> cai::ImportPlan {
+    let int = |v: i128| cai::Value::Int(v);
+    let interface = |typestr: &str, ptr: i128| {
+        vec![
+            ("shape".to_string(), cai::Value::Tuple(vec![int(n)])),
+            ("typestr".to_string(), cai::Value::Str(typestr.into())),
+            (
+                "data".to_string(),
+                cai::Value::Tuple(vec![int(ptr), cai::Value::Bool(false)]),
+            ),
+            ("version".to_string(), int(3)),
+        ]
+    };
+    let mut entries = interface("<i4", 0x7f00_0000_0000);
+    if mask {
+        let mask = interface("|b1", 0x7f00_0001_0000);
+        entries.push(("mask".to_string(), cai::Value::Dict(mask)));
+    }
+    if let Some(stream) = stream {
+        entries.push(("stream".to_string(), int(stream)));
+    }
+    cai::CudaArrayInterface::from_entries(entries)
+        .and_then(|c| c.validate())
+        .unwrap()
+}
+
+#[test]
+fn without_libcuda_importing_an_interface_is_an_error_naming_libcuda() {
+    if driver_present("without_libcuda_importing_an_interface_is_an_error") {
+        return;
+    }
+    for plan in [
+        int32_plan(4, false, None),
+        int32_plan(4, true, Some(1)),
+        int32_plan(0, false, Some(2)),
+    ] {
+        // SAFETY: nothing is dereferenced: the driver is missing, so the
+        // pointer cannot even be classified.
+        let err = unsafe { cuda::import_cai(&plan, Arc::new(())) }.unwrap_err();
+        assert!(matches!(err, Error::NotSupported(_)), "{err}");
+        assert!(err.to_string().contains("libcuda"), "{err}");
+    }
+}
+
+#[test]
+fn the_generic_interface_import_refuses_conversions_and_names_them() {
+    let cpu = device::cpu();
+    // SAFETY: refused before anything is built or read.
+    let err = unsafe { cai::import(&int32_plan(4, true, None), cpu, Arc::new(())) }.unwrap_err();
+    assert!(matches!(err, Error::NotSupported(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "not supported: a masked array (an element-wise mask, Arrow's validity is a bitmap): \
+         needs a device conversion into an Arrow bitmap, which device type CPU does not run \
+         (the CUDA devices do)"
+    );
+}
+
+#[test]
+fn without_a_cuda_device_an_export_describes_arrays_without_nulls_only() {
+    if driver_present("without_a_cuda_device_an_export_describes_arrays_without_nulls_only") {
+        return;
+    }
+    let on_cuda = |ints: &Int32Array| {
+        let (mut c_array, c_schema) = export_array(ints).unwrap();
+        c_array.device_type = DeviceType::CUDA;
+        c_array.device_id = 0;
+        // SAFETY: this crate's exporter's structs relabelled as CUDA memory
+        // (never read: no CUDA device implementation is loaded).
+        unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }.unwrap()
+    };
+    let ints = Int32Array::from(vec![1, 2, 3]);
+    let exported = cuda::export_cai(&on_cuda(&ints)).unwrap();
+    assert!(exported.mask.is_none());
+    assert_eq!(exported.interface.shape, [3]);
+    assert_eq!(exported.interface.typestr, "<i4");
+    assert_eq!(
+        exported.interface.data,
+        (ints.values().inner().as_ptr() as usize, true)
+    );
+    assert_eq!(exported.interface.stream, None);
+
+    let nulls = Int32Array::from(vec![Some(1), None]);
+    let err = cuda::export_cai(&on_cuda(&nulls)).unwrap_err();
+    assert!(matches!(err, Error::NotSupported(_)), "{err}");
+    assert!(err.to_string().contains("1 nulls"), "{err}");
+
+    let (c_array, c_schema) = export_array(&ints).unwrap();
+    // SAFETY: this crate's exporter's structs.
+    let on_cpu = unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) };
+    let err = cuda::export_cai(&on_cpu.unwrap()).unwrap_err();
+    assert!(err.to_string().contains("this array is on CPU"), "{err}");
 }
 
 #[test]

@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use arrow_array::types::Int32Type;
 use arrow_array::{
@@ -20,52 +20,12 @@ use arrow_array::{
     StringArray, StringViewArray,
 };
 use arrow_device::abi::DeviceType;
+use arrow_device::device;
 use arrow_device::device::cuda::{self, CudaDevice, PointerMemoryType};
-use arrow_device::device::{self, DeviceRef};
-use arrow_device::{export_array_to, export_record_batch_to, DeviceArray, Error, ValidationLevel};
+use arrow_device::{export_array_to, export_record_batch_to, Error, ValidationLevel};
 
+use common::gpu::{counter, cuda_device, gpu, import, KINDS};
 use common::{assert_same, device_array, for_each_case};
-
-const KINDS: [DeviceType; 3] = [
-    DeviceType::CUDA,
-    DeviceType::CUDA_HOST,
-    DeviceType::CUDA_MANAGED,
-];
-
-/// The GPU lock, or `None` (after printing why) when no GPU is usable.
-fn gpu(test: &str) -> Option<MutexGuard<'static, ()>> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    if !cuda::is_available() {
-        let why = match cuda::device(DeviceType::CUDA, 0) {
-            Err(e) => e.to_string(),
-            Ok(_) => "unknown".to_string(),
-        };
-        println!("{test}: skipped, no CUDA GPU: {why}");
-        return None;
-    }
-    Some(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-fn cuda_device(device_type: DeviceType) -> DeviceRef {
-    cuda::device(device_type, 0).unwrap_or_else(|e| panic!("{device_type} 0: {e}"))
-}
-
-fn counter(device: &DeviceRef) -> &CudaDevice {
-    device
-        .as_any()
-        .downcast_ref::<CudaDevice>()
-        .expect("cuda::device returns a CudaDevice")
-}
-
-fn import(
-    case: &str,
-    array: arrow_device::ArrowDeviceArray,
-    schema: arrow_device::abi::FFI_ArrowSchema,
-) -> DeviceArray {
-    // SAFETY: the structs come from this crate's exporter.
-    unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }
-        .unwrap_or_else(|e| panic!("{case}: import: {e}"))
-}
 
 #[test]
 fn every_type_round_trips_through_device_pinned_and_managed_memory() {

@@ -562,6 +562,59 @@ impl DeviceArray {
         self.storage.host_sync(device)
     }
 
+    /// The same data ordered after `sync_event` (an event of the array's
+    /// device type), which the result exports as its own; `keep` keeps the
+    /// event valid (and whatever else the result needs). For memory handed
+    /// over by a foreign producer with a stream (CUDA Array Interface,
+    /// DLPack), where the event was recorded on that stream, or after a
+    /// conversion queued on a stream of ours.
+    ///
+    /// The array must have no `sync_event` of its own that is still
+    /// pending: it would be lost.
+    ///
+    /// # Safety
+    /// `sync_event` is NULL or points to an event of the array's device
+    /// type, valid while `keep` lives.
+    #[cfg(feature = "cuda")]
+    pub(crate) unsafe fn ordered_after(
+        &self,
+        sync_event: *mut c_void,
+        keep: KeepAlive,
+    ) -> Result<DeviceArray> {
+        let device = self.require_device()?.clone();
+        if !self.storage.sync_event.is_null() && !self.storage.host_synced.load(Ordering::Acquire) {
+            return Err(Error::NotSupported(
+                "the array already has a pending sync_event; wait on it before ordering the \
+                 array after another event"
+                    .to_string(),
+            ));
+        }
+        let keep: KeepAlive = Arc::new((self.storage.clone(), keep));
+        let storage = Arc::new(Storage {
+            device_type: device.device_type(),
+            device_id: device.device_id(),
+            host_synced: AtomicBool::new(sync_event.is_null()),
+            device: Some(device),
+            sync_event,
+            sizes_known: self.storage.sizes_known,
+            root: self.node().clone(),
+            field: self.field().clone(),
+            _keep: Keep::Shared { _memory: keep },
+        });
+        Ok(DeviceArray {
+            storage,
+            node: NodeRef::Root,
+            field: None,
+        })
+    }
+
+    /// Whether the host has already waited on the `sync_event` (or there
+    /// is none): nothing is pending on the data.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn is_synchronized(&self) -> bool {
+        self.storage.sync_event.is_null() || self.storage.host_synced.load(Ordering::Acquire)
+    }
+
     /// A handle over a tree this crate described itself (every size known,
     /// no `sync_event`) whose memory `keep` keeps valid; `device` is `None`
     /// for a device type without an implementation.

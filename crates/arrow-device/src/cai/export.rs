@@ -20,8 +20,34 @@ use crate::error::{Error, Result};
 /// everything else is [`Error::NotSupported`] with the reason. Arrays with
 /// nulls are refused too: the interface's mask is element-wise (a byte per
 /// value) while Arrow's is a bitmap, and that conversion needs a device
-/// kernel; a validity buffer is fine when no value is null.
+/// kernel, which `device::cuda::export_cai` runs (feature `cuda`); a
+/// validity buffer is fine when no value is null.
 pub fn describe(array: &DeviceArray) -> Result<CudaArrayInterface> {
+    let interface = describe_values(array)?;
+    match array.null_count() {
+        Some(0) => {}
+        Some(nulls) => {
+            return Err(Error::NotSupported(format!(
+                "cannot describe an array with {nulls} nulls without a device: the CUDA Array \
+                 Interface's mask is element-wise (a byte per value) while Arrow's validity is a \
+                 bitmap; the CUDA devices make the mask (device::cuda::export_cai)"
+            )))
+        }
+        None => {
+            return Err(Error::NotSupported(
+                "cannot describe an array whose null count is unknown without a device: the \
+                 CUDA Array Interface has no bitmap validity (device::cuda::export_cai makes \
+                 the mask)"
+                    .to_string(),
+            ))
+        }
+    }
+    Ok(interface)
+}
+
+/// [`describe`] without the null check: the values only, for a caller that
+/// adds the mask itself.
+pub(crate) fn describe_values(array: &DeviceArray) -> Result<CudaArrayInterface> {
     let device_type = array.device_type();
     if !matches!(device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) {
         return Err(Error::NotSupported(format!(
@@ -31,23 +57,6 @@ pub fn describe(array: &DeviceArray) -> Result<CudaArrayInterface> {
         )));
     }
     let typestr = typestr(array.data_type())?;
-    match array.null_count() {
-        Some(0) => {}
-        Some(nulls) => {
-            return Err(Error::NotSupported(format!(
-                "cannot describe an array with {nulls} nulls: the CUDA Array Interface's mask \
-                 is element-wise (a byte per value) while Arrow's validity is a bitmap, and that \
-                 conversion needs a device kernel not implemented yet; fill the nulls first"
-            )))
-        }
-        None => {
-            return Err(Error::NotSupported(
-                "cannot describe an array whose null count is unknown: the CUDA Array Interface \
-                 has no bitmap validity"
-                    .to_string(),
-            ))
-        }
-    }
     let len = array.len();
     let itemsize = array
         .data_type()

@@ -76,7 +76,11 @@ mod typestr;
 
 pub use entries::Value;
 pub use export::describe;
+#[cfg(feature = "cuda")]
+pub(crate) use export::describe_values;
 pub use plan::{import, ImportPlan, MaskPlan, StreamSync};
+#[cfg(feature = "cuda")]
+pub(crate) use plan::{import_with_bitmaps, Bitmaps};
 pub use typestr::typestr;
 
 use crate::error::Error;

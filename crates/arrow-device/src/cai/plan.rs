@@ -257,7 +257,8 @@ pub(super) fn unsupported_version(version_key: &str, version: impl Display) -> E
 /// last handle over it is dropped. The array has no nulls.
 ///
 /// Plans that need a conversion (`|b1` packing, a mask) are
-/// [`Error::NotSupported`] for now: on a CUDA device they need a kernel.
+/// [`Error::NotSupported`] here: they need device kernels, which the CUDA
+/// device runs (`device::cuda::import_cai`, feature `cuda`).
 ///
 /// # Safety
 /// `plan` must come from [`CudaArrayInterface::validate`] of the interface
@@ -270,43 +271,98 @@ pub unsafe fn import(
     device: DeviceRef,
     owner: Arc<dyn Any + Send + Sync>,
 ) -> Result<DeviceArray> {
-    if plan.bool_needs_packing {
-        return Err(Error::NotSupported(
-            "a |b1 (one byte per value) array must be bit-packed into an Arrow Boolean, which \
-             needs a device conversion not implemented yet; cast it to uint8 first"
-                .to_string(),
-        ));
+    if plan.bool_needs_packing || plan.mask.is_some() {
+        return Err(Error::NotSupported(format!(
+            "{}: needs a device conversion into an Arrow bitmap, which device type {} does not \
+             run (the CUDA devices do)",
+            conversion_needed(plan),
+            device.device_type()
+        )));
     }
-    if plan.mask.is_some() {
-        return Err(Error::NotSupported(
-            "a masked array needs its element-wise mask converted into an Arrow validity \
-             bitmap, a device conversion not implemented yet"
-                .to_string(),
-        ));
+    // SAFETY: forwarded contract; no conversion is needed.
+    unsafe { import_with_bitmaps(plan, device, owner, Bitmaps::default()) }
+}
+
+/// What a plan needs converted, for messages.
+fn conversion_needed(plan: &ImportPlan) -> &'static str {
+    match (plan.bool_needs_packing, plan.mask.is_some()) {
+        (true, true) => "a |b1 array with a mask (one byte per value for both)",
+        (true, false) => "a |b1 array (one byte per value, Arrow's Boolean is bit-packed)",
+        _ => "a masked array (an element-wise mask, Arrow's validity is a bitmap)",
     }
-    let bytes = plan.len.checked_mul(plan.itemsize).ok_or_else(|| {
-        invalid(
-            &key(ROOT, "shape"),
-            format!(
-                "{} values of {} bytes overflow the address space",
-                plan.len, plan.itemsize
-            ),
-        )
-    })?;
-    let values = if plan.len == 0 {
-        RawBuf::NULL
+}
+
+/// Bitmaps a device made for a plan's conversions: `(len + 7) / 8` bytes
+/// each, LSB first, in memory of the importing device.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Bitmaps {
+    /// The `|b1` values, bit-packed (for `bool_needs_packing`).
+    pub values: Option<*const u8>,
+    /// The validity bitmap made from the mask.
+    pub validity: Option<*const u8>,
+}
+
+/// [`import`] with the conversions done: `bitmaps` holds one bitmap for
+/// each conversion the plan needs. A validity bitmap's null count is not
+/// known without reading it on the host, so it is reported as unknown.
+///
+/// # Safety
+/// As for [`import`]; the bitmaps are valid device memory, kept alive by
+/// `owner`, and written before every use of the array (the caller orders
+/// the array after the conversion).
+pub(crate) unsafe fn import_with_bitmaps(
+    plan: &ImportPlan,
+    device: DeviceRef,
+    owner: Arc<dyn Any + Send + Sync>,
+    bitmaps: Bitmaps,
+) -> Result<DeviceArray> {
+    let bitmap_len = plan.len.div_ceil(8);
+    let bitmap = |ptr: Option<*const u8>, what: &str| match ptr {
+        Some(ptr) => Ok(if plan.len == 0 {
+            RawBuf::NULL
+        } else {
+            RawBuf {
+                ptr,
+                len: bitmap_len,
+            }
+        }),
+        None => Err(Error::NotSupported(format!(
+            "{}: the {what} bitmap was not made",
+            conversion_needed(plan)
+        ))),
+    };
+    let values = if plan.bool_needs_packing {
+        bitmap(bitmaps.values, "values")?
     } else {
-        RawBuf {
-            // A device address, never dereferenced here.
-            ptr: plan.data_ptr as *const u8,
-            len: bytes,
+        let bytes = plan.len.checked_mul(plan.itemsize).ok_or_else(|| {
+            invalid(
+                &key(ROOT, "shape"),
+                format!(
+                    "{} values of {} bytes overflow the address space",
+                    plan.len, plan.itemsize
+                ),
+            )
+        })?;
+        if plan.len == 0 {
+            RawBuf::NULL
+        } else {
+            RawBuf {
+                // A device address, never dereferenced here.
+                ptr: plan.data_ptr as *const u8,
+                len: bytes,
+            }
         }
     };
-    let node = Node::primitive(plan.data_type.clone(), plan.len, values);
+    let mut node = Node::primitive(plan.data_type.clone(), plan.len, values);
+    if plan.mask.is_some() {
+        node.buffers[0] = bitmap(bitmaps.validity, "validity")?;
+        node.null_count = if plan.len == 0 { Some(0) } else { None };
+    }
+    let nullable = plan.mask.is_some();
     let (device_type, device_id) = (device.device_type(), device.device_id());
     Ok(DeviceArray::from_node(
         node,
-        Field::new("", plan.data_type.clone(), false),
+        Field::new("", plan.data_type.clone(), nullable),
         device_type,
         device_id,
         Some(device),

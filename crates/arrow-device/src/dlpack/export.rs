@@ -15,6 +15,7 @@ use std::ptr::{self, NonNull};
 use super::abi::*;
 use super::dtype::dlpack_data_type;
 use crate::array::DeviceArray;
+use crate::cai::StreamSync;
 use crate::error::{Error, Result};
 
 /// The DLPack device of `array`: its device type (Arrow's values are
@@ -59,6 +60,39 @@ pub fn export_dlpack(array: &DeviceArray, versioned: bool) -> Result<DlpackTenso
     let tensor = export_dlpack_unsynchronized(array, versioned)?;
     array.synchronize()?;
     Ok(tensor)
+}
+
+/// As [`export_dlpack`], for a consumer that named its `stream` (DLPack's
+/// `__dlpack__(stream=...)`, read by [`dlpack_stream`](super::dlpack_stream)):
+///
+/// * on a CUDA device of this crate (feature `cuda`), the consumer's stream
+///   is made to wait on the array's `sync_event` on the device, and the host
+///   does not block; [`StreamSync::None`] (DLPack's `-1`) does no
+///   synchronization at all, as the standard says ("producer must not
+///   perform any synchronization": the consumer takes that on);
+/// * everywhere else the host waits for the `sync_event`, which orders the
+///   data before any stream.
+pub fn export_dlpack_for_stream(
+    array: &DeviceArray,
+    versioned: bool,
+    stream: StreamSync,
+) -> Result<DlpackTensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(cuda) = array
+        .device()
+        .and_then(|d| d.as_any().downcast_ref::<crate::device::cuda::CudaDevice>())
+    {
+        let tensor = export_dlpack_unsynchronized(array, versioned)?;
+        if !array.is_synchronized() {
+            // SAFETY: the array's own event, kept valid by the tensor's
+            // clone of the array; the stream is the consumer's, which the
+            // protocol makes it answer for.
+            unsafe { cuda.make_stream_wait(stream, array.sync_event()) }?;
+        }
+        return Ok(tensor);
+    }
+    let _ = stream;
+    export_dlpack(array, versioned)
 }
 
 /// As [`export_dlpack`], without waiting for the producer's `sync_event`

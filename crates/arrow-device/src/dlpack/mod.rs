@@ -73,10 +73,12 @@
 //! consumer's `stream` before `__dlpack__` returns. [`export_dlpack`] honours
 //! the array's `sync_event` by waiting on the host
 //! ([`DeviceArray::synchronize`]), correct for every consumer stream;
-//! [`export_dlpack_unsynchronized`] leaves the ordering to a caller that can
-//! make the consumer's stream wait on [`DeviceArray::sync_event`] instead.
-//! On import the tensor is taken to be ready by the time the import is
-//! called (the caller passed its stream to the producer).
+//! [`export_dlpack_for_stream`] makes the consumer's CUDA stream wait on
+//! the event instead, without blocking the host (feature `cuda`);
+//! [`export_dlpack_unsynchronized`] leaves the ordering to the caller.
+//! On import the tensor is taken to be ready on the stream the caller
+//! passed to the producer; a CUDA caller then orders the array after that
+//! stream (`device::cuda::CudaDevice::order_after_stream`).
 //!
 //! [DLPack]: https://dmlc.github.io/dlpack/latest/
 pub mod abi;
@@ -91,7 +93,10 @@ pub use abi::{
     USED_VERSIONED_CAPSULE_NAME, VERSIONED_CAPSULE_NAME,
 };
 pub use dtype::dlpack_data_type;
-pub use export::{dlpack_device, export_dlpack, export_dlpack_unsynchronized, DlpackTensor};
+pub use export::{
+    dlpack_device, export_dlpack, export_dlpack_for_stream, export_dlpack_unsynchronized,
+    DlpackTensor,
+};
 pub use import::{import_dlpack, import_dlpack_versioned};
 pub use stream::{dlpack_stream, dlpack_stream_values};
 

@@ -12,6 +12,8 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod async_harness;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 mod release;
 mod types;
 

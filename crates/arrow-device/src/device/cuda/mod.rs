@@ -44,7 +44,10 @@
 //! assert_eq!(imported.to_host().unwrap().as_ref(), &ints as &dyn Array);
 //! ```
 
+mod cai;
 mod driver;
+mod interop;
+mod kernels;
 mod memory;
 mod stream;
 
@@ -56,6 +59,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
+pub use self::cai::{export_cai, import_cai, CaiExport, CaiMask};
 use self::driver::Context;
 use self::memory::Allocation;
 pub use self::memory::{MemoryKind, PointerMemoryType};
@@ -133,6 +137,7 @@ pub fn device(device_type: DeviceType, ordinal: i64) -> Result<DeviceRef> {
         kind,
         context,
         host_synchronizations: AtomicU64::new(0),
+        interface: OnceLock::new(),
     });
     devices.insert((kind, index), Arc::clone(&device));
     devices::register(Arc::clone(&device) as DeviceRef);
@@ -171,6 +176,8 @@ pub struct CudaDevice {
     kind: MemoryKind,
     context: Arc<Context>,
     host_synchronizations: AtomicU64,
+    /// Created on first use by [`CudaDevice::interface_stream`].
+    interface: OnceLock<CudaStream>,
 }
 
 impl std::fmt::Debug for CudaDevice {

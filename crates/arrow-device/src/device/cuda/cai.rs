@@ -1,0 +1,315 @@
+//! The CUDA Array Interface on the CUDA devices: [`import_cai`] takes a
+//! validated interface's memory (honouring its `stream`, converting its
+//! `mask` and `|b1` values into Arrow bitmaps on the GPU), [`export_cai`]
+//! describes an array (naming a stream when work is pending, and making the
+//! element-wise mask of an array with nulls on the GPU).
+//!
+//! Neither blocks the host: conversions are queued on a stream of ours
+//! after the producer's work, and the result carries an event recorded
+//! after them.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field};
+
+use super::interop::raw_stream;
+use super::stream::{CudaEvent, CudaStream};
+use super::{device, kernels, pointer_memory_type, CudaDevice};
+use crate::abi::DeviceType;
+use crate::array::node::{Node, RawBuf};
+use crate::array::DeviceArray;
+use crate::cai::{self, Bitmaps, CudaArrayInterface, ImportPlan};
+use crate::device::{DeviceBuffer, DeviceRef};
+use crate::error::{Error, Result};
+
+/// What `__cuda_array_interface__` hands out for an array on a CUDA device.
+#[derive(Debug)]
+pub struct CaiExport {
+    /// The dict's entries, `stream` set; `mask` is left `None`: the spec
+    /// wants an *object* exposing the interface there, which the binding
+    /// makes from [`CaiExport::mask`].
+    pub interface: CudaArrayInterface,
+    /// The element-wise mask of an array with nulls.
+    pub mask: Option<CaiMask>,
+}
+
+/// An element-wise mask made on the GPU: one byte per value, 1 for valid
+/// and 0 for null (typestr `|b1`).
+#[derive(Debug)]
+pub struct CaiMask {
+    /// The mask's own interface (`stream` set).
+    pub interface: CudaArrayInterface,
+    /// The bytes it describes (a `UInt8` array on the same device), to be
+    /// kept alive by the mask object.
+    pub bytes: DeviceArray,
+}
+
+/// The CUDA device behind `device`, which must be one.
+fn cuda_of(device: &DeviceRef) -> Result<&CudaDevice> {
+    device.as_any().downcast_ref::<CudaDevice>().ok_or_else(|| {
+        Error::NotSupported(format!(
+            "device type {} id {} is not implemented by the CUDA device",
+            device.device_type(),
+            device.device_id()
+        ))
+    })
+}
+
+/// The CUDA device whose memory `ptr` is (an interface's `data` pointer,
+/// named `entry` in messages); GPU 0's device memory for a zero-size array,
+/// which has no pointer to ask about.
+fn device_of(ptr: usize, entry: &str) -> Result<DeviceRef> {
+    if ptr == 0 {
+        return device(DeviceType::CUDA, 0);
+    }
+    let found = pointer_memory_type(ptr as *const c_void)?;
+    match found.device() {
+        Some((DeviceType::CPU, _)) => Err(Error::Invalid {
+            path: entry.to_string(),
+            message: format!(
+                "pointer {ptr:#x} is not CUDA memory (the driver does not know it: pageable \
+                 host memory?); the CUDA Array Interface describes device-accessible memory"
+            ),
+        }),
+        Some((device_type, ordinal)) => device(device_type, ordinal),
+        None => Err(Error::NotSupported(format!(
+            "{entry}: pointer {ptr:#x} is CUDA memory of a type this crate does not know \
+             ({found:?})"
+        ))),
+    }
+}
+
+/// Memory made by a conversion, with the event recorded after it: freed
+/// only once the event has completed, so a consumer that releases the
+/// array without waiting cannot free memory a kernel still writes.
+struct Converted {
+    event: CudaEvent,
+    _bitmaps: Vec<DeviceBuffer>,
+    _stream: CudaStream,
+    /// What the kernels read: the producer's object (import) or the
+    /// source array (export).
+    _source: Arc<dyn Any + Send + Sync>,
+}
+
+impl Drop for Converted {
+    fn drop(&mut self) {
+        let event = self.event.raw();
+        // A failure cannot be reported from a destructor; the driver's
+        // frees order after pending work on their own as a last resort.
+        let _ = self.event.context().run("cuEventSynchronize", || {
+            // SAFETY: a live event of this context.
+            unsafe { cudarc::driver::result::event::synchronize(event) }
+        });
+    }
+}
+
+/// Imports the memory a validated CUDA Array Interface describes, on the
+/// CUDA device its pointer belongs to (found with
+/// [`pointer_memory_type`]: device, managed or pinned memory of a GPU):
+///
+/// * zero-copy when no conversion is needed, ordered after the producer's
+///   `stream` by an event recorded there (the result's `sync_event`);
+/// * otherwise the `|b1` values and the mask are packed into Arrow bitmaps
+///   by kernels queued after the producer's stream(s); the result's
+///   `sync_event` follows them. A masked array's null count is unknown
+///   (-1 when exported): counting would block the host.
+///
+/// Errors name the entry: a pointer CUDA does not know (pageable host
+/// memory) is [`Error::Invalid`]; no driver or GPU, [`Error::NotSupported`].
+///
+/// # Safety
+/// `plan` comes from [`CudaArrayInterface::validate`] of the interface of
+/// an object that `owner` keeps alive; its pointers are valid for the
+/// sizes it describes while `owner` lives, and its streams are live streams
+/// of the GPU's primary context (or the special handles 1 and 2).
+pub unsafe fn import_cai(
+    plan: &ImportPlan,
+    owner: Arc<dyn Any + Send + Sync>,
+) -> Result<DeviceArray> {
+    let device = device_of(plan.data_ptr, "__cuda_array_interface__['data']")?;
+    let cuda = cuda_of(&device)?;
+    if let Some(mask) = &plan.mask {
+        let mask_device = device_of(mask.data_ptr, "__cuda_array_interface__['mask']['data']")?;
+        if plan.len > 0 && mask_device.device_id() != device.device_id() {
+            return Err(Error::Invalid {
+                path: "__cuda_array_interface__['mask']['data']".to_string(),
+                message: format!(
+                    "the mask is on GPU {}, the data on GPU {} (expected the same GPU)",
+                    mask_device.device_id(),
+                    device.device_id()
+                ),
+            });
+        }
+    }
+    if !plan.bool_needs_packing && plan.mask.is_none() {
+        // SAFETY: forwarded contract; ordered after the producer's stream
+        // just below, before anyone can use it.
+        let array = unsafe { cai::import(plan, device.clone(), owner) }?;
+        // SAFETY: the stream is live per the contract.
+        return unsafe { cuda.order_after_stream(&array, plan.stream) };
+    }
+    let stream = CudaStream::new(Arc::clone(&cuda.context)).map_err(|e| cuda.error(e))?;
+    let mut waited = Vec::new();
+    let streams = [Some(plan.stream), plan.mask.map(|m| m.stream)];
+    for sync in streams.into_iter().flatten() {
+        if waited.contains(&sync) {
+            continue;
+        }
+        if let Some(raw) = raw_stream(sync) {
+            // SAFETY: a live producer stream per the contract; ours is live.
+            unsafe {
+                let event = cuda.record_on(raw, "cuEventRecord on the producer's stream")?;
+                cuda.wait_on(stream.raw(), event.raw(), "cuStreamWaitEvent")?;
+            }
+        }
+        waited.push(sync);
+    }
+    let mut bitmaps = Bitmaps::default();
+    let mut buffers = Vec::new();
+    let mut pack = |src: usize| -> Result<*const u8> {
+        if plan.len == 0 {
+            return Ok(std::ptr::null());
+        }
+        let buffer = device.allocate(plan.len.div_ceil(8))?;
+        let dst = buffer.as_ptr();
+        buffers.push(buffer);
+        // SAFETY: `src` holds `len` one-byte values (validated plan, kept
+        // alive by `owner`, which `Converted` keeps until the event);
+        // `dst` was just allocated with `len / 8` rounded up bytes.
+        unsafe { kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, stream.raw()) }
+            .map_err(|e| cuda.error(e))?;
+        Ok(dst.cast_const())
+    };
+    if plan.bool_needs_packing {
+        bitmaps.values = Some(pack(plan.data_ptr)?);
+    }
+    if let Some(mask) = &plan.mask {
+        bitmaps.validity = Some(pack(mask.data_ptr)?);
+    }
+    // SAFETY: our live stream.
+    let event = unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the conversion") }?;
+    let sync_event = event.sync_event();
+    let keep = Arc::new(Converted {
+        event,
+        _bitmaps: buffers,
+        _stream: stream,
+        _source: owner,
+    });
+    // SAFETY: forwarded contract; the bitmaps were made above and `keep`
+    // keeps them; the array is ordered after the kernels just below.
+    let array = unsafe { cai::import_with_bitmaps(plan, device.clone(), keep.clone(), bitmaps) }?;
+    // SAFETY: a CUevent* kept valid by `keep`.
+    unsafe { array.ordered_after(sync_event, keep) }
+}
+
+/// The CUDA Array Interface of `array` (version 3; see
+/// [`crate::cai::describe`] for what can be described): `stream` names
+/// this device's interface stream when the array's `sync_event` is still
+/// pending, `None` otherwise; an array with nulls gets an element-wise
+/// mask made on the GPU. An array without a CUDA device of this crate (no
+/// driver here) is described as [`crate::cai::describe`] does: only
+/// without nulls and without a pending `sync_event`.
+pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
+    let mut interface = cai::describe_values(array)?;
+    let Some(device) = array
+        .device()
+        .filter(|d| d.as_any().downcast_ref::<CudaDevice>().is_some())
+    else {
+        // No CUDA device for the array (no driver, or a foreign
+        // implementation): it can be described, but not waited on or
+        // masked.
+        if !array.is_synchronized() {
+            return Err(Error::NotSupported(format!(
+                "cannot name a stream for the pending sync_event of an array on {} device {}: \
+                 no CUDA device implementation is loaded for it",
+                array.device_type(),
+                array.device_id()
+            )));
+        }
+        let interface = cai::describe(array)?;
+        return Ok(CaiExport {
+            interface,
+            mask: None,
+        });
+    };
+    let cuda = cuda_of(device)?;
+    interface.stream = if array.is_synchronized() {
+        None
+    } else {
+        // SAFETY: the array's own event, kept valid by the array.
+        unsafe { cuda.stream_after(array.sync_event()) }?
+    };
+    let validity = array.buffers().first().map_or(std::ptr::null(), |b| b.ptr);
+    let has_nulls = !validity.is_null() && array.null_count() != Some(0) && !array.is_empty();
+    let mask = if has_nulls {
+        Some(mask_of(array, device, cuda, validity)?)
+    } else {
+        None
+    };
+    Ok(CaiExport { interface, mask })
+}
+
+/// Unpacks the validity bitmap at `validity` (from bit `array.offset()`)
+/// into one byte per value on the GPU.
+fn mask_of(
+    array: &DeviceArray,
+    device: &DeviceRef,
+    cuda: &CudaDevice,
+    validity: *const u8,
+) -> Result<CaiMask> {
+    let len = array.len();
+    let stream = CudaStream::new(Arc::clone(&cuda.context)).map_err(|e| cuda.error(e))?;
+    if !array.is_synchronized() {
+        // SAFETY: the array's event, kept valid by the array; our live stream.
+        unsafe {
+            cuda.wait_on(
+                stream.raw(),
+                super::stream::event_at(array.sync_event()),
+                "cuStreamWaitEvent on the array's sync_event",
+            )
+        }?;
+    }
+    let buffer = device.allocate(len)?;
+    let dst = buffer.as_ptr();
+    // SAFETY: the bitmap covers `offset + len` bits (an imported array was
+    // validated); `array`, kept by `Converted`, keeps it alive; `dst` holds
+    // `len` bytes.
+    unsafe {
+        kernels::unpack_bits(
+            &cuda.context,
+            validity,
+            array.offset(),
+            len,
+            dst,
+            stream.raw(),
+        )
+    }
+    .map_err(|e| cuda.error(e))?;
+    // SAFETY: our live stream.
+    let event = unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the mask") }?;
+    let sync_event = event.sync_event();
+    let keep = Arc::new(Converted {
+        event,
+        _bitmaps: vec![buffer],
+        _stream: stream,
+        _source: Arc::new(array.clone()),
+    });
+    let node = Node::primitive(DataType::UInt8, len, RawBuf { ptr: dst, len });
+    let bytes = DeviceArray::from_node(
+        node,
+        Field::new("", DataType::UInt8, false),
+        device.device_type(),
+        device.device_id(),
+        Some(device.clone()),
+        keep.clone(),
+    );
+    // SAFETY: a CUevent* kept valid by `keep`.
+    let bytes = unsafe { bytes.ordered_after(sync_event, keep) }?;
+    let mut interface = cai::describe_values(&bytes)?;
+    interface.typestr = "|b1".to_string();
+    // SAFETY: the event just recorded, kept by `bytes`.
+    interface.stream = unsafe { cuda.stream_after(sync_event) }?;
+    Ok(CaiMask { interface, bytes })
+}

@@ -1,0 +1,298 @@
+//! The CUDA devices and the Python protocols' streams and layouts, on a
+//! real GPU: CUDA Array Interface import (zero-copy on each memory kind,
+//! ordered after the producer's stream, masks and `|b1` values packed into
+//! bitmaps by the kernels) and export (the byte mask made on the GPU, the
+//! `stream` entry), and DLPack export for a consumer's stream.
+//!
+//! Every test returns early, printing why, when no GPU is usable, so the
+//! suite passes on CPU machines; `scripts/gpu-check.sh` runs it on a GPU.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, UInt8Array};
+use arrow_device::abi::DeviceType;
+use arrow_device::cai::{CudaArrayInterface, ImportPlan, StreamSync, Value};
+use arrow_device::device::cuda;
+use arrow_device::dlpack::export_dlpack_for_stream;
+use arrow_device::{export_array_to, DeviceArray, Error};
+use cudarc::driver::sys;
+
+use common::assert_same;
+use common::gpu::{counter, cuda_device, gpu, import, KINDS};
+
+/// `array` copied onto GPU 0's `kind` memory.
+fn on_gpu(array: &dyn Array, kind: DeviceType) -> DeviceArray {
+    let (c_array, c_schema) = export_array_to(array, &cuda_device(kind)).unwrap();
+    import("on_gpu", c_array, c_schema)
+}
+
+/// The address of an array's first value (buffer 1; offset 0).
+fn values_ptr(array: &DeviceArray) -> usize {
+    array.buffers()[1].ptr as usize
+}
+
+/// The interface entries of `len` values of `typestr` at `ptr`.
+fn entries(ptr: usize, len: usize, typestr: &str) -> Vec<(String, Value)> {
+    vec![
+        (
+            "shape".to_string(),
+            Value::Tuple(vec![Value::Int(len as i128)]),
+        ),
+        ("typestr".to_string(), Value::Str(typestr.to_string())),
+        (
+            "data".to_string(),
+            Value::Tuple(vec![Value::Int(ptr as i128), Value::Bool(false)]),
+        ),
+        ("version".to_string(), Value::Int(3)),
+    ]
+}
+
+fn plan(
+    data: (usize, usize, &str),
+    mask: Option<(usize, &str)>,
+    stream: Option<u64>,
+) -> ImportPlan {
+    let (ptr, len, typestr) = data;
+    let mut dict = entries(ptr, len, typestr);
+    if let Some((mask_ptr, mask_type)) = mask {
+        dict.push((
+            "mask".to_string(),
+            Value::Dict(entries(mask_ptr, len, mask_type)),
+        ));
+    }
+    if let Some(stream) = stream {
+        dict.push(("stream".to_string(), Value::Int(stream.into())));
+    }
+    CudaArrayInterface::from_entries(dict)
+        .and_then(|cai| cai.validate())
+        .unwrap()
+}
+
+#[test]
+fn an_interface_over_each_memory_kind_imports_zero_copy_on_that_kind() {
+    let Some(_gpu) = gpu("an_interface_over_each_memory_kind_imports_zero_copy") else {
+        return;
+    };
+    let ints = Int32Array::from_iter_values(0..1000);
+    for kind in KINDS {
+        let source = on_gpu(&ints, kind);
+        let ptr = values_ptr(&source);
+        let plan = plan((ptr, 1000, "<i4"), None, Some(1));
+        // SAFETY: `source` (the owner) holds 1000 int32 at `ptr`.
+        let imported = unsafe { cuda::import_cai(&plan, Arc::new(source.clone())) }.unwrap();
+        assert_eq!(imported.device_type(), kind, "{kind}");
+        assert_eq!(imported.device_id(), 0);
+        assert_eq!(values_ptr(&imported), ptr, "{kind}: zero-copy");
+        assert!(
+            !imported.sync_event().is_null(),
+            "{kind}: ordered by an event"
+        );
+        assert_same(
+            &format!("{kind}"),
+            &ints,
+            imported.to_host().unwrap().as_ref(),
+        );
+    }
+}
+
+#[test]
+fn a_mask_and_b1_values_become_arrow_bitmaps_on_the_gpu() {
+    let Some(_gpu) = gpu("a_mask_and_b1_values_become_arrow_bitmaps_on_the_gpu") else {
+        return;
+    };
+    for len in [0usize, 1, 7, 8, 9, 13, 64, 65, 1000, 100_003] {
+        let ints = Int32Array::from_iter_values(0..len as i32);
+        // Non-zero bytes of several values mean valid / true.
+        let mask_bytes = UInt8Array::from_iter_values((0..len).map(|i| (i % 3 != 0) as u8 * 2));
+        let bool_bytes = UInt8Array::from_iter_values((0..len).map(|i| (i % 5 == 1) as u8 * 255));
+        let (values, mask, bools) = (
+            on_gpu(&ints, DeviceType::CUDA),
+            on_gpu(&mask_bytes, DeviceType::CUDA),
+            on_gpu(&bool_bytes, DeviceType::CUDA),
+        );
+        let owner = Arc::new((values.clone(), mask.clone(), bools.clone()));
+        let masked = plan(
+            (values_ptr(&values), len, "<i4"),
+            Some((values_ptr(&mask), "|b1")),
+            Some(2),
+        );
+        // SAFETY: `owner` holds `len` int32 and `len` mask bytes.
+        let imported = unsafe { cuda::import_cai(&masked, owner.clone()) }.unwrap();
+        let expected: Int32Array = (0..len).map(|i| (i % 3 != 0).then_some(i as i32)).collect();
+        assert_same(
+            &format!("mask, {len}"),
+            &expected,
+            imported.to_host().unwrap().as_ref(),
+        );
+        assert_eq!(
+            values_ptr(&imported),
+            values_ptr(&values),
+            "values zero-copy"
+        );
+
+        let packed = plan((values_ptr(&bools), len, "|b1"), None, None);
+        // SAFETY: `owner` holds `len` bool bytes.
+        let imported = unsafe { cuda::import_cai(&packed, owner) }.unwrap();
+        let expected: BooleanArray = (0..len).map(|i| Some(i % 5 == 1)).collect();
+        assert_same(
+            &format!("|b1, {len}"),
+            &expected,
+            imported.to_host().unwrap().as_ref(),
+        );
+    }
+}
+
+#[test]
+fn a_sliced_array_with_nulls_exports_a_byte_mask_made_on_the_gpu() {
+    let Some(_gpu) = gpu("a_sliced_array_with_nulls_exports_a_byte_mask") else {
+        return;
+    };
+    let ints: Int32Array = (0..100)
+        .map(|i| (i % 7 != 2 && i % 11 != 0).then_some(i))
+        .collect();
+    let whole = on_gpu(&ints, DeviceType::CUDA);
+    for offset in 0..10 {
+        let len = 100 - offset - 3;
+        let sliced = whole.slice(offset, len).unwrap();
+        let exported = cuda::export_cai(&sliced).unwrap();
+        assert_eq!(exported.interface.shape, [len as i64]);
+        assert_eq!(
+            exported.interface.data.0,
+            values_ptr(&whole) + offset * 4,
+            "the first value of the slice"
+        );
+        let mask = exported.mask.expect("an array with nulls has a mask");
+        assert_eq!(mask.interface.typestr, "|b1");
+        assert_eq!(mask.interface.shape, [len as i64]);
+        assert_eq!(mask.interface.data.0, values_ptr(&mask.bytes));
+        assert_ne!(mask.interface.stream, Some(0));
+        let expected = UInt8Array::from_iter_values(
+            ints.slice(offset, len)
+                .iter()
+                .map(|v| u8::from(v.is_some())),
+        );
+        assert_same(
+            &format!("offset {offset}"),
+            &expected,
+            mask.bytes.to_host().unwrap().as_ref(),
+        );
+    }
+    let no_nulls = on_gpu(&Int32Array::from(vec![1, 2, 3]), DeviceType::CUDA);
+    assert!(cuda::export_cai(&no_nulls).unwrap().mask.is_none());
+}
+
+#[test]
+fn the_exported_stream_is_the_interface_stream_while_pending_and_none_once_ready() {
+    let Some(_gpu) = gpu("the_exported_stream_is_the_interface_stream_while_pending") else {
+        return;
+    };
+    let device = cuda_device(DeviceType::CUDA);
+    let interface_stream = counter(&device).interface_stream().unwrap();
+    assert!(interface_stream > 2, "a real handle, not 0, 1 or 2");
+    let big = Int64Array::from_iter_values(0..8_000_000);
+    let array = on_gpu(&big, DeviceType::CUDA);
+    match cuda::export_cai(&array).unwrap().interface.stream {
+        None => println!("the copy had completed before the export"),
+        Some(stream) => assert_eq!(stream, interface_stream),
+    }
+    array.synchronize().unwrap();
+    assert_eq!(cuda::export_cai(&array).unwrap().interface.stream, None);
+}
+
+/// Keeps a stream of GPU 0's primary context busy for tens of
+/// milliseconds, then fills `target` (`n` int32) with 7 on it.
+fn busy_then_fill(target: usize, n: usize) -> sys::CUstream {
+    const SCRATCH: usize = 1 << 30;
+    let scratch = cuda_device(DeviceType::CUDA).allocate(SCRATCH).unwrap();
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: plain driver calls on GPU 0's primary context (made current),
+    // on memory allocated above; the scratch allocation is freed when
+    // dropped, which the driver orders after the queued work.
+    unsafe {
+        let device = cudarc::driver::result::device::get(0).unwrap();
+        let context = cudarc::driver::result::primary_ctx::retain(device).unwrap();
+        cudarc::driver::result::ctx::set_current(context).unwrap();
+        sys::cuStreamCreate(&mut stream, 1).result().unwrap();
+        for _ in 0..100 {
+            sys::cuMemsetD8Async(scratch.as_ptr() as sys::CUdeviceptr, 1, SCRATCH, stream)
+                .result()
+                .unwrap();
+        }
+        sys::cuMemsetD32Async(target as sys::CUdeviceptr, 7, n, stream)
+            .result()
+            .unwrap();
+    }
+    // The scratch memory must outlive the memsets: leak it into the stream's
+    // lifetime by keeping it until the test's end through a static.
+    static KEEP: std::sync::Mutex<Vec<arrow_device::device::DeviceBuffer>> =
+        std::sync::Mutex::new(Vec::new());
+    KEEP.lock().unwrap().push(scratch);
+    stream
+}
+
+#[test]
+fn an_import_waits_for_work_still_queued_on_the_producers_stream() {
+    let Some(_gpu) = gpu("an_import_waits_for_work_still_queued_on_the_producers_stream") else {
+        return;
+    };
+    let n = 4096;
+    let zeros = on_gpu(&Int32Array::from(vec![0; n]), DeviceType::CUDA);
+    zeros.synchronize().unwrap();
+    let ptr = values_ptr(&zeros);
+    let stream = busy_then_fill(ptr, n);
+    let plan = plan((ptr, n, "<i4"), None, Some(stream as usize as u64));
+    // SAFETY: `zeros` holds `n` int32 at `ptr`; `stream` is live.
+    let imported = unsafe { cuda::import_cai(&plan, Arc::new(zeros.clone())) }.unwrap();
+    assert_same(
+        "filled after the busy work",
+        &Int32Array::from(vec![7; n]),
+        imported.to_host().unwrap().as_ref(),
+    );
+}
+
+#[test]
+fn a_pageable_host_pointer_is_refused_naming_the_entry() {
+    let Some(_gpu) = gpu("a_pageable_host_pointer_is_refused_naming_the_entry") else {
+        return;
+    };
+    let host = [1i32; 4];
+    let plan = plan((host.as_ptr() as usize, 4, "<i4"), None, None);
+    // SAFETY: refused after classifying the pointer; nothing is read.
+    let err = unsafe { cuda::import_cai(&plan, Arc::new(())) }.unwrap_err();
+    match &err {
+        Error::Invalid { path, message } => {
+            assert_eq!(path, "__cuda_array_interface__['data']");
+            assert!(message.contains("is not CUDA memory"), "{message}");
+        }
+        other => panic!("expected Invalid, got {other}"),
+    }
+}
+
+#[test]
+fn dlpack_export_for_a_stream_orders_on_the_device_without_blocking_the_host() {
+    let Some(_gpu) = gpu("dlpack_export_for_a_stream_orders_on_the_device") else {
+        return;
+    };
+    let device = cuda_device(DeviceType::CUDA);
+    let ints = Int32Array::from_iter_values(0..1_000_000);
+    for stream in [StreamSync::Legacy, StreamSync::PerThread, StreamSync::None] {
+        let array = on_gpu(&ints, DeviceType::CUDA);
+        let before = counter(&device).host_synchronizations();
+        let tensor = export_dlpack_for_stream(&array, true, stream).unwrap();
+        assert_eq!(
+            counter(&device).host_synchronizations(),
+            before,
+            "{stream:?}: no host wait"
+        );
+        assert_eq!(tensor.dl_tensor().data as usize, values_ptr(&array));
+        assert_eq!(tensor.shape(), [1_000_000]);
+        assert_same(
+            &format!("{stream:?}"),
+            &ints,
+            array.to_host().unwrap().as_ref(),
+        );
+    }
+}
