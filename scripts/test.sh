@@ -13,7 +13,12 @@ fi
 
 # Library, CLI and C interop tests, plus every doctest.
 cargo test --workspace --locked
-cargo test -p arrow-device --features cuda --locked --test cuda_absent --test cuda_gpu
+# The CUDA devices built in but without a GPU: unit tests (kernels, stream
+# numbers), the no-driver errors, and the GPU suites, which skip here.
+cargo test -p arrow-device --features cuda --locked --lib \
+    --test cuda_absent --test cuda_gpu --test cuda_interop_gpu
+# The committed PTX is what convert.cu compiles to, and ptxas accepts it.
+bash scripts/check-ptx.sh
 
 # The Python package, built into a virtual environment with its peers.
 python=$(bash scripts/python-env.sh)

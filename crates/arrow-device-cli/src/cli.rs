@@ -183,14 +183,25 @@ impl DeviceSpec {
                     "device emulated:{id} is not available in this build of arrow-device"
                 ))),
             },
-            DeviceSpec::Cuda(id) => device::lookup(DeviceType::CUDA, id).ok_or_else(|| {
-                CliError::Usage(format!(
-                    "device cuda:{id}: CUDA support is not built into arrow-device yet; \
-                     use --device cpu or --device emulated[:N]"
-                ))
-            }),
+            DeviceSpec::Cuda(id) => open_cuda(id),
         }
     }
+}
+
+/// GPU `id`'s device memory, or a usage error with the driver's reason (no
+/// `libcuda`, no such GPU).
+#[cfg(feature = "cuda")]
+fn open_cuda(id: i64) -> Result<DeviceRef> {
+    device::cuda::device(DeviceType::CUDA, id)
+        .map_err(|e| CliError::Usage(format!("device cuda:{id} is not available: {e}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(id: i64) -> Result<DeviceRef> {
+    Err(CliError::Usage(format!(
+        "device cuda:{id}: this build has no CUDA support; rebuild with the `cuda` feature \
+         (on by default) or use --device cpu or --device emulated[:N]"
+    )))
 }
 
 #[cfg(test)]
@@ -244,14 +255,23 @@ mod tests {
     }
 
     #[test]
-    fn cuda_is_reported_as_not_built_in() {
+    fn an_unavailable_gpu_is_a_usage_error_with_the_reason() {
         if device::lookup(DeviceType::CUDA, 0).is_some() {
-            return; // a build with CUDA on a machine with a GPU
+            return; // a machine with a GPU
         }
         let err = DeviceSpec::Cuda(0).open().unwrap_err();
         assert_eq!(err.exit_code(), 2);
-        assert!(err
-            .to_string()
-            .contains("CUDA support is not built into arrow-device yet"));
+        let message = err.to_string();
+        assert!(message.contains("device cuda:0"), "{message}");
+        if cfg!(feature = "cuda") {
+            // No libcuda here (CI), or no GPU: the driver's reason.
+            assert!(message.contains("not available"), "{message}");
+            assert!(
+                message.contains("libcuda") || message.contains("GPU"),
+                "{message}"
+            );
+        } else {
+            assert!(message.contains("no CUDA support"), "{message}");
+        }
     }
 }

@@ -47,9 +47,11 @@
 //! * **Variadic buffer sizes of view arrays.** Where the sizes buffer of a
 //!   `string_view`/`binary_view` array lives is unspecified; Arrow C++ puts it
 //!   in host memory even for device arrays. This crate always *exports* it in
-//!   host memory (ordinary heap memory today, which every consumer's host
-//!   code can read; a GPU kernel reading it directly would need pinned
-//!   memory, planned with the CUDA device) and, on *import*, asks the device
+//!   host memory that the array's device can read too where the device
+//!   offers some ([`device::Device::allocate_host_visible`]): pinned memory
+//!   for the CUDA devices, readable by the consumer's host code (as Arrow C++
+//!   reads it) and by kernels; ordinary heap memory for the CPU, the
+//!   emulated device, or when pinning fails. On *import* it asks the device
 //!   whether the pointer is host-readable
 //!   ([`device::Device::is_host_readable`]): host memory is read directly,
 //!   device memory through the device's copy API in the same batched read as

@@ -336,3 +336,31 @@ fn devices_are_cached_registered_and_found_by_lookup() {
     assert!(err.to_string().contains("no such GPU"), "{err}");
     assert!(cuda::device(DeviceType::CUDA, -1).is_err());
 }
+
+#[test]
+fn a_view_arrays_variadic_sizes_are_exported_in_pinned_memory_readable_by_both_sides() {
+    let Some(_gpu) = gpu("a_view_arrays_variadic_sizes_are_exported_in_pinned_memory") else {
+        return;
+    };
+    let views = StringViewArray::from_iter_values(
+        (0..100).map(|i| format!("a string longer than twelve bytes, number {i}")),
+    );
+    for kind in KINDS {
+        let (c_array, c_schema) = export_array_to(&views, &cuda_device(kind)).unwrap();
+        let last = c_array.array.num_buffers() - 1;
+        let sizes = c_array.array.buffer(last).cast();
+        assert!(
+            matches!(
+                cuda::pointer_memory_type(sizes).unwrap(),
+                PointerMemoryType::Host { device_ordinal: 0 }
+            ),
+            "{kind}: the variadic-sizes buffer is pinned host memory"
+        );
+        let imported = import(&format!("{kind}"), c_array, c_schema);
+        assert_same(
+            &format!("{kind}"),
+            &views,
+            imported.to_host().unwrap().as_ref(),
+        );
+    }
+}

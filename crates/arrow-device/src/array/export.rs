@@ -37,7 +37,7 @@ use crate::abi::{raw, ArrowDeviceArray, FFI_ArrowSchema};
 use crate::array::copy;
 use crate::array::layout;
 use crate::array::node::{self, Node};
-use crate::device::{self, DeviceRef};
+use crate::device::{self, DeviceBuffer, DeviceRef};
 use crate::error::Result;
 use crate::schema;
 
@@ -140,7 +140,7 @@ fn export_data_struct(data: &ArrayData, keep: &KeepAlive) -> raw::ArrowArray {
     }
     buffers.extend(data.buffers().iter().map(|b| b.as_ptr().cast::<c_void>()));
     let variadic_sizes = layout::is_view(data_type)
-        .then(|| data.buffers()[1..].iter().map(|b| b.len() as i64).collect());
+        .then(|| VariadicSizes::Heap(data.buffers()[1..].iter().map(|b| b.len() as i64).collect()));
     let (children, dictionary) = match data_type {
         DataType::Dictionary(_, _) => (
             Box::default(),
@@ -180,7 +180,7 @@ pub(crate) fn export_node(
     sync_event: *mut c_void,
 ) -> ArrowDeviceArray {
     let mut out = ArrowDeviceArray::empty();
-    *raw::array_mut(&mut out.array) = export_struct(node, &keep);
+    *raw::array_mut(&mut out.array) = export_struct(node, &keep, device);
     out.device_type = device.device_type();
     out.device_id = device.device_id();
     out.sync_event = sync_event;
@@ -195,27 +195,65 @@ struct PrivateData {
     dictionary: *mut raw::ArrowArray,
     // The variadic-sizes buffer of view types lives in host memory (see the
     // crate documentation, "Variadic buffer sizes").
-    _variadic_sizes: Box<[i64]>,
+    _variadic_sizes: VariadicSizes,
     /// A validity bitmap copied to start at the array's offset, if any.
     _realigned: Option<Buffer>,
     _keep: KeepAlive,
 }
 
-fn export_struct(node: &Node, keep: &KeepAlive) -> raw::ArrowArray {
+/// Where a view array's variadic-sizes buffer lives: host memory that the
+/// device can read too where it offers some (CUDA: pinned memory), the heap
+/// otherwise.
+enum VariadicSizes {
+    Heap(Box<[i64]>),
+    HostVisible(DeviceBuffer),
+}
+
+impl VariadicSizes {
+    fn new(sizes: Box<[i64]>, device: &dyn device::Device) -> VariadicSizes {
+        let bytes = std::mem::size_of_val::<[i64]>(&sizes);
+        match device.allocate_host_visible(bytes) {
+            Some(buffer) if buffer.as_ptr() as usize % std::mem::align_of::<i64>() == 0 => {
+                // SAFETY: host-writable memory of `bytes` bytes, aligned for
+                // i64 (checked), not yet shared.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        sizes.as_ptr(),
+                        buffer.as_ptr().cast::<i64>(),
+                        sizes.len(),
+                    )
+                };
+                VariadicSizes::HostVisible(buffer)
+            }
+            _ => VariadicSizes::Heap(sizes),
+        }
+    }
+
+    fn as_ptr(&self) -> *const c_void {
+        match self {
+            VariadicSizes::Heap(sizes) => sizes.as_ptr().cast(),
+            VariadicSizes::HostVisible(buffer) => buffer.as_ptr().cast_const().cast(),
+        }
+    }
+}
+
+fn export_struct(node: &Node, keep: &KeepAlive, device: &dyn device::Device) -> raw::ArrowArray {
     let buffers = node
         .buffers
         .iter()
         .map(|b| b.ptr.cast::<c_void>())
         .collect();
-    let variadic_sizes = layout::is_view(&node.data_type)
-        .then(|| node.buffers[2..].iter().map(|b| b.len as i64).collect());
+    let variadic_sizes = layout::is_view(&node.data_type).then(|| {
+        let sizes = node.buffers[2..].iter().map(|b| b.len as i64).collect();
+        VariadicSizes::new(sizes, device)
+    });
     let children = node
         .children
         .iter()
-        .map(|c| Box::into_raw(Box::new(export_struct(c, keep))))
+        .map(|c| Box::into_raw(Box::new(export_struct(c, keep, device))))
         .collect();
     let dictionary = match &node.dictionary {
-        Some(d) => Box::into_raw(Box::new(export_struct(d, keep))),
+        Some(d) => Box::into_raw(Box::new(export_struct(d, keep, device))),
         None => std::ptr::null_mut(),
     };
     let null_count = match node.null_count {
@@ -246,7 +284,7 @@ struct Parts {
     /// C order, without the variadic-sizes buffer of view types.
     buffers: Vec<*const c_void>,
     /// `Some` for view types, whose variadic-sizes buffer goes last.
-    variadic_sizes: Option<Box<[i64]>>,
+    variadic_sizes: Option<VariadicSizes>,
     children: Box<[*mut raw::ArrowArray]>,
     dictionary: *mut raw::ArrowArray,
     /// See [`PrivateData`].
@@ -257,10 +295,10 @@ fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
     let mut buffers = parts.buffers;
     let variadic_sizes = match parts.variadic_sizes {
         Some(sizes) => {
-            buffers.push(sizes.as_ptr().cast());
+            buffers.push(sizes.as_ptr());
             sizes
         }
-        None => Box::default(),
+        None => VariadicSizes::Heap(Box::default()),
     };
     let mut private = Box::new(PrivateData {
         buffers,

@@ -88,6 +88,17 @@ pub trait Device: Send + Sync + fmt::Debug + 'static {
         self.is_cpu_accessible()
     }
 
+    /// Host memory that this device can read too, for the small host-side
+    /// buffers an export adds (the variadic-sizes buffer of view arrays,
+    /// which Arrow C++ reads on the host): `None`, the default, means
+    /// ordinary heap memory. The CUDA devices return pinned memory, which
+    /// their kernels can read as well. Failure is `None` too: the heap is
+    /// always a correct fallback for host readers.
+    fn allocate_host_visible(&self, len: usize) -> Option<DeviceBuffer> {
+        let _ = len;
+        None
+    }
+
     /// This device as `Any`, so an implementation can recognise its peers in
     /// [`Device::copy_device_to_device`].
     fn as_any(&self) -> &dyn Any;

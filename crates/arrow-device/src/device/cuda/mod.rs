@@ -310,6 +310,16 @@ impl Device for CudaDevice {
         Ok(DeviceBuffer::new(ptr, len, Box::new(allocation)))
     }
 
+    /// Pinned host memory (`cuMemHostAlloc`, portable): the variadic-sizes
+    /// buffer of an exported view array is readable by the consumer's host
+    /// code (as Arrow C++ expects) and by kernels on any GPU.
+    fn allocate_host_visible(&self, len: usize) -> Option<DeviceBuffer> {
+        let allocation =
+            Allocation::new(Arc::clone(&self.context), MemoryKind::Pinned, len.max(1)).ok()?;
+        let ptr = allocation.ptr();
+        Some(DeviceBuffer::new(ptr, len, Box::new(allocation)))
+    }
+
     fn create_stream(&self) -> Result<Stream> {
         let stream = CudaStream::new(Arc::clone(&self.context)).map_err(|e| self.error(e))?;
         Ok(Stream::new(Box::new(stream)))
