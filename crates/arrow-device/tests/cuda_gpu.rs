@@ -364,3 +364,33 @@ fn a_view_arrays_variadic_sizes_are_exported_in_pinned_memory_readable_by_both_s
         );
     }
 }
+
+#[test]
+fn the_host_sources_of_a_copy_are_released_once_the_copy_has_run() {
+    let Some(_gpu) = gpu("the_host_sources_of_a_copy_are_released_once_the_copy_has_run") else {
+        return;
+    };
+    let ints = Int32Array::from_iter_values(0..1_000_000);
+    let values = ints.values().inner().clone();
+    let before = values.strong_count();
+    let (c_array, c_schema) = export_array_to(&ints, &cuda_device(DeviceType::CUDA)).unwrap();
+    drop(ints);
+    let on_gpu = import("sources", c_array, c_schema);
+    on_gpu.synchronize().unwrap();
+    // The host function runs after the copies, the reaper thread shortly
+    // after it: poll (no timing assertion, only an upper bound on waiting).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while values.strong_count() >= before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(
+        values.strong_count() < before,
+        "the device copy no longer holds the host buffer ({} references, {before} before)",
+        values.strong_count()
+    );
+    assert_same(
+        "values",
+        &Int32Array::from_iter_values(0..1_000_000),
+        on_gpu.to_host().unwrap().as_ref(),
+    );
+}

@@ -16,11 +16,20 @@
 //! Events follow the spec's "Synchronization event types": an exported
 //! array's `sync_event` is a `CUevent*` (`cudaEvent_t*`), and a consumer's
 //! `sync_event` is read the same way. Copies are queued with `cuMemcpyAsync`
-//! (unified addressing infers the direction). A copy from pageable host
-//! memory returns once the driver has staged the source; one to pageable
-//! host memory returns once it has completed: both keep the trait's contract,
-//! the second at the cost of overlap (staging through pinned buffers is not
-//! done).
+//! (unified addressing infers the direction) on a non-blocking stream of
+//! ours. A copy from pageable host memory returns once the driver has staged
+//! the source, and the host sources are released as soon as the copy has run
+//! (`cuLaunchHostFunc`, see `release.rs`); a copy to pageable host memory
+//! returns once it has completed. The driver stages pageable memory itself;
+//! staging through pinned buffers of our own is not done (see the README's
+//! GPU section: `scripts/gpu-check.sh` measures both against raw
+//! `cuMemcpy`).
+//!
+//! The Python protocols: [`import_cai`] / [`export_cai`] (the CUDA Array
+//! Interface, with its `stream`, masks and `|b1` values converted by
+//! kernels on the GPU) and the stream-ordering methods of [`CudaDevice`]
+//! that DLPack uses ([`CudaDevice::order_after_stream`],
+//! [`CudaDevice::make_stream_wait`], [`CudaDevice::interface_stream`]).
 //!
 //! ```
 //! use arrow_array::{Array, Int32Array};
@@ -49,6 +58,7 @@ mod driver;
 mod interop;
 mod kernels;
 mod memory;
+mod release;
 mod stream;
 
 use std::any::Any;
@@ -342,6 +352,18 @@ impl Device for CudaDevice {
         self.run("cuEventRecord", || unsafe {
             cudarc::driver::result::event::record(raw, stream)
         })
+    }
+
+    /// Drops `keep` once the work queued on `stream` has run
+    /// (`cuLaunchHostFunc`, through a reaper thread: the driver's thread
+    /// must not call CUDA, and a release may).
+    fn release_after(
+        &self,
+        stream: &Stream,
+        keep: Box<dyn Any + Send + Sync>,
+    ) -> Result<Option<Box<dyn Any + Send + Sync>>> {
+        let raw = self.stream(stream, "release_after")?.raw();
+        self.release_after_stream(raw, keep)
     }
 
     fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
