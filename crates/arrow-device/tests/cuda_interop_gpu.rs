@@ -296,3 +296,27 @@ fn dlpack_export_for_a_stream_orders_on_the_device_without_blocking_the_host() {
         );
     }
 }
+
+#[test]
+fn dlpack_export_of_pinned_or_managed_memory_waits_on_the_host_for_host_readers() {
+    let Some(_gpu) = gpu("dlpack_export_of_pinned_or_managed_memory_waits_on_the_host") else {
+        return;
+    };
+    let ints = Int32Array::from_iter_values(0..1000);
+    for kind in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED] {
+        let device = cuda_device(kind);
+        let array = on_gpu(&ints, kind);
+        let before = counter(&device).host_synchronizations();
+        let tensor = export_dlpack_for_stream(&array, true, StreamSync::Legacy).unwrap();
+        assert_eq!(
+            counter(&device).host_synchronizations(),
+            before + 1,
+            "{kind}: one host wait on the copy's event"
+        );
+        // SAFETY: the host waited on the event; the memory is host-readable
+        // and kept alive by the tensor.
+        let values =
+            unsafe { std::slice::from_raw_parts(tensor.dl_tensor().data.cast::<i32>(), 1000) };
+        assert_eq!(values, ints.values().as_ref(), "{kind}");
+    }
+}

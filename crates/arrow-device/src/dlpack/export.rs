@@ -65,13 +65,16 @@ pub fn export_dlpack(array: &DeviceArray, versioned: bool) -> Result<DlpackTenso
 /// As [`export_dlpack`], for a consumer that named its `stream` (DLPack's
 /// `__dlpack__(stream=...)`, read by [`dlpack_stream`](super::dlpack_stream)):
 ///
-/// * on a CUDA device of this crate (feature `cuda`), the consumer's stream
-///   is made to wait on the array's `sync_event` on the device, and the host
-///   does not block; [`StreamSync::None`] (DLPack's `-1`) does no
-///   synchronization at all, as the standard says ("producer must not
-///   perform any synchronization": the consumer takes that on);
+/// * for device memory of a CUDA GPU of this crate (`CUDA`, feature
+///   `cuda`), the consumer's stream is made to wait on the array's
+///   `sync_event` on the device, and the host does not block;
+///   [`StreamSync::None`] (DLPack's `-1`) does no synchronization at all, as
+///   the standard says ("producer must not perform any synchronization":
+///   the consumer takes that on);
 /// * everywhere else the host waits for the `sync_event`, which orders the
-///   data before any stream.
+///   data before any stream and before host reads: pinned and managed
+///   memory are often read by the host, which a stream wait would not
+///   order.
 pub fn export_dlpack_for_stream(
     array: &DeviceArray,
     versioned: bool,
@@ -80,6 +83,7 @@ pub fn export_dlpack_for_stream(
     #[cfg(feature = "cuda")]
     if let Some(cuda) = array
         .device()
+        .filter(|d| d.device_type() == crate::abi::DeviceType::CUDA)
         .and_then(|d| d.as_any().downcast_ref::<crate::device::cuda::CudaDevice>())
     {
         let tensor = export_dlpack_unsynchronized(array, versioned)?;
