@@ -199,3 +199,26 @@ def big_batch():
         return pa.record_batch([column], names=["x"])
 
     return make
+
+
+class _DLPackOnly:
+    """Exposes only an object's DLPack methods, so that `arrow_device.array`
+    takes the DLPack path rather than the Arrow capsules or the CUDA Array
+    Interface; records the keyword arguments of each `__dlpack__` call."""
+
+    def __init__(self, target):
+        self.target = target
+        self.calls = []
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        return self.target.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.target.__dlpack_device__()
+
+
+@pytest.fixture(scope="session")
+def dlpack_only():
+    """The class that wraps an object to expose only its DLPack methods."""
+    return _DLPackOnly

@@ -167,22 +167,6 @@ class DeviceCapsulesOnly:
         return self.target.__arrow_c_device_array__(requested_schema, **kwargs)
 
 
-class DLPackOnly:
-    """Exposes only an object's DLPack methods (so that `arrow_device.array`
-    takes the DLPack path, not the CUDA Array Interface)."""
-
-    def __init__(self, target):
-        self.target = target
-        self.calls = []
-
-    def __dlpack__(self, **kwargs):
-        self.calls.append(kwargs)
-        return self.target.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.target.__dlpack_device__()
-
-
 def raises_cleanly(call, expected, *patterns):
     """Runs `call`, which must raise `expected` (a type or tuple) whose
     message matches every regex in `patterns` (case-insensitive); a
@@ -665,22 +649,42 @@ def test_cupy_from_dlpack_shares_our_cuda_memory(cupy):
     np.testing.assert_array_equal(cupy.asnumpy(y), np.arange(1000, dtype=np.float32))
 
 
-def test_torch_tensor_comes_in_zero_copy_through_dlpack_alone(torch):
+def test_torch_tensor_comes_in_zero_copy_through_dlpack_alone(torch, dlpack_only):
     t = torch.arange(16, dtype=torch.int64, device="cuda")
     torch.cuda.synchronize()
-    producer = DLPackOnly(t)
+    producer = dlpack_only(t)
     assert not hasattr(producer, "__cuda_array_interface__")
     a = ad.array(producer)
     assert producer.calls, "__dlpack__ was not called"
+    # The consumer's stream handed to the producer: the device's interface
+    # stream, a real handle (not None, 0, 1 or 2).
+    stream = producer.calls[-1].get("stream")
+    assert isinstance(stream, int) and stream > 2, producer.calls
     assert a.device == ad.cuda(t.device.index)
     assert cai_pointer(a) == t.data_ptr()
     assert host_values(a).to_pylist() == list(range(16))
 
 
-def test_cupy_array_comes_in_zero_copy_through_dlpack_alone(cupy):
+def test_dlpack_import_is_ordered_after_the_torch_producer_stream(torch, dlpack_only):
+    """PyTorch makes the stream we pass wait on its current stream; the
+    imported array's event follows that wait."""
+    length = 1 << 20
+    stream, t = torch_busy_tensor(torch, length, 7)
+    try:
+        with torch.cuda.stream(stream):
+            assert not stream.query(), "the producer finished before the import: nothing is proved"
+            a = ad.array(dlpack_only(t))
+        values = host_values(a).to_numpy()
+        assert (values == 7).all(), f"{int((values != 7).sum())} values read before the producer wrote them"
+        assert cai_pointer(a) == t.data_ptr()
+    finally:
+        stream.synchronize()
+
+
+def test_cupy_array_comes_in_zero_copy_through_dlpack_alone(cupy, dlpack_only):
     x = cupy.arange(16, dtype=cupy.float64)
     cupy.cuda.Device().synchronize()
-    producer = DLPackOnly(x)
+    producer = dlpack_only(x)
     a = ad.array(producer)
     assert producer.calls, "__dlpack__ was not called"
     assert a.device == ad.cuda(x.device.id)
@@ -688,10 +692,10 @@ def test_cupy_array_comes_in_zero_copy_through_dlpack_alone(cupy):
     assert host_values(a).to_pylist() == [float(i) for i in range(16)]
 
 
-def test_a_torch_slice_comes_in_through_dlpack_at_its_first_value(torch):
+def test_a_torch_slice_comes_in_through_dlpack_at_its_first_value(torch, dlpack_only):
     t = torch.arange(16, dtype=torch.int32, device="cuda")[3:]
     torch.cuda.synchronize()
-    a = ad.array(DLPackOnly(t))
+    a = ad.array(dlpack_only(t))
     assert cai_pointer(a) == t.data_ptr()
     assert host_values(a).to_pylist() == list(range(3, 16))
 

@@ -55,22 +55,6 @@ def values_address(pa_array):
     return pa_array.buffers()[1].address + pa_array.offset * pa_array.type.bit_width // 8
 
 
-class DLPackOnly:
-    """Exposes only an object's DLPack methods (so that arrow_device.array
-    takes the DLPack path instead of the Arrow capsules)."""
-
-    def __init__(self, target):
-        self.target = target
-        self.calls = []
-
-    def __dlpack__(self, **kwargs):
-        self.calls.append(kwargs)
-        return self.target.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.target.__dlpack_device__()
-
-
 # --- nanoarrow ----------------------------------------------------------------
 
 
@@ -231,9 +215,9 @@ def test_pyarrow_exports_dlpack_for_cpu_primitive_arrays():
 
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=NUMERIC_IDS)
-def test_pyarrow_dlpack_comes_into_ours_zero_copy(dtype):
+def test_pyarrow_dlpack_comes_into_ours_zero_copy(dtype, dlpack_only):
     source = pa.array(np.arange(12).astype(dtype)).slice(2, 7)
-    producer = DLPackOnly(source)
+    producer = dlpack_only(source)
     device_array = ad.array(producer, validate="full")
     # A versioned capsule was asked for (pyarrow would warn on the legacy one).
     assert producer.calls[0].get("max_version", (0, 0)) >= (1, 0)
@@ -242,9 +226,9 @@ def test_pyarrow_dlpack_comes_into_ours_zero_copy(dtype):
     assert values_address(back) == values_address(source)
 
 
-def test_our_dlpack_goes_into_ours():
+def test_our_dlpack_goes_into_ours(dlpack_only):
     source = pa.array([5, 6, 7], pa.uint16())
-    device_array = ad.array(DLPackOnly(ad.array(source)))
+    device_array = ad.array(dlpack_only(ad.array(source)))
     assert pa.array(device_array).equals(source)
     assert values_address(pa.array(device_array)) == values_address(source)
 
@@ -267,9 +251,9 @@ def test_our_legacy_dlpack_capsule_goes_into_ours():
 # pyarrow refuses nulls with ArrowTypeError, a TypeError: arrow_device (like
 # numpy) then retries __dlpack__() without max_version, which pyarrow warns of.
 @pytest.mark.filterwarnings("ignore:Exporting an unversioned DLPack capsule:DeprecationWarning")
-def test_pyarrow_dlpack_with_nulls_is_refused_by_pyarrow():
+def test_pyarrow_dlpack_with_nulls_is_refused_by_pyarrow(dlpack_only):
     with pytest.raises(Exception, match="nulls"):
-        ad.array(DLPackOnly(pa.array([1, None, 3])))
+        ad.array(dlpack_only(pa.array([1, None, 3])))
 
 
 # --- polars -------------------------------------------------------------------
