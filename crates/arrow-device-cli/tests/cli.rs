@@ -203,7 +203,10 @@ fn cuda_without_a_usable_gpu_is_a_usage_error_with_the_drivers_reason() {
     }
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
-    assert!(message.contains("device cuda:0 is not available"), "{message}");
+    assert!(
+        message.contains("device cuda:0 is not available"),
+        "{message}"
+    );
     // No libcuda (CI), or a driver without a GPU: either is named.
     assert!(
         message.contains("libcuda") || message.contains("GPU"),
