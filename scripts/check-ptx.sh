@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Checks, for CI (no GPU needed), that the committed PTX of arrow-device's
 # CUDA kernels is exactly what scripts/gen-ptx.sh makes from their CUDA C
-# source, and that ptxas accepts it for every architecture gen-ptx.sh names.
+# source, and that ptxas accepts it for every architecture gen-ptx.sh names;
+# then runs the kernels' source on the host against a reference, under
+# AddressSanitizer and UndefinedBehaviorSanitizer
+# (crates/arrow-device/tests/kernels/host_emulation.cpp).
 # The tools are cached under target/cuda-tools: only the first run downloads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +21,12 @@ if ! diff -u "$committed" "$fresh" >&2; then
     exit 1
 fi
 echo "check-ptx: $committed matches convert.cu" >&2
+
+kernels=crates/arrow-device/src/device/cuda/kernels
+emulation="$(mktemp)"
+trap 'rm -f "$fresh" "$emulation"' EXIT
+# -Wno-unknown-pragmas: `#pragma unroll` is NVCC's.
+g++ -std=c++17 -O1 -g -Wall -Wextra -Werror -Wno-unknown-pragmas \
+    -fsanitize=address,undefined -fno-sanitize-recover=all \
+    -I "$kernels" -o "$emulation" crates/arrow-device/tests/kernels/host_emulation.cpp
+"$emulation" >&2

@@ -308,6 +308,20 @@ def warm_torch(torch):
     host_values(ad.array(CaiObject(dict(tiny.__cuda_array_interface__, version=3, stream=1), tiny)))
 
 
+def cupy_busy_array(cupy, length, value):
+    """An int32 array of zeros on a new non-blocking stream `s`, followed on
+    `s` by ~SPIN_MS of spinning and then a fill with `value`: returns
+    `(s, x)` while that work is still pending. Import `x` inside
+    `with s:`, so that CuPy's interface names `s`."""
+    warm_cupy(cupy)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        array = cupy.zeros(length, dtype=cupy.int32)
+        cupy_spin(cupy, SPIN_MS)
+        array.fill(value)
+    return stream, array
+
+
 def torch_busy_tensor(torch, length, value, dtype=None):
     """A tensor of zeros on a new non-default stream `s`, followed on `s` by
     ~100 ms of spinning and then a fill with `value`: returns `(s, t)`
@@ -751,13 +765,9 @@ def test_cai_import_waits_for_the_torch_producer_stream(torch):
 
 def test_cai_import_waits_for_the_cupy_producer_stream(cupy):
     length = 1 << 20
-    warm_cupy(cupy)
-    stream = cupy.cuda.Stream(non_blocking=True)
+    stream, x = cupy_busy_array(cupy, length, 7)
     try:
         with stream:
-            x = cupy.zeros(length, dtype=cupy.int32)
-            cupy_spin(cupy, SPIN_MS)
-            x.fill(7)
             assert x.__cuda_array_interface__["stream"] == stream.ptr
             assert not stream.done, "the producer finished before the import: nothing is proved"
             a = ad.array(x)
@@ -773,13 +783,9 @@ def test_our_cai_export_orders_cupy_after_the_pending_producer(cupy):
     again: CuPy, which synchronizes on the exported `stream`, sees the
     final values."""
     length = 1 << 20
-    warm_cupy(cupy)
-    stream = cupy.cuda.Stream(non_blocking=True)
+    stream, x = cupy_busy_array(cupy, length, 7)
     try:
         with stream:
-            x = cupy.zeros(length, dtype=cupy.int32)
-            cupy_spin(cupy, SPIN_MS)
-            x.fill(7)
             a = ad.array(x)
         assert not stream.done, "the producer finished before the export: nothing is proved"
         interface = a.__cuda_array_interface__

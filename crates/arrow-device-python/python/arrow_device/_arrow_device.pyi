@@ -83,7 +83,18 @@ class DeviceArray:
     def __dlpack_device__(self) -> Tuple[int, int]: ...
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
-        """Version 3 dict for CUDA / CUDA_MANAGED arrays; AttributeError otherwise."""
+        """Version 3 dict for CUDA / CUDA_MANAGED arrays: `stream` None or a
+        stream ordered after the array's event (never 0), `mask` a
+        CudaArrayMask when there are nulls; AttributeError otherwise."""
+
+class CudaArrayMask:
+    """The `mask` of an exported `__cuda_array_interface__`: one byte per
+    value on the GPU (1 valid, 0 null), made from the validity bitmap."""
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """Version 3 dict, typestr `|b1`."""
+    def __len__(self) -> int: ...
 
 class DeviceStream:
     """A stream of DeviceArrays, read once."""
