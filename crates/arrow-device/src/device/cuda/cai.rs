@@ -166,30 +166,37 @@ pub unsafe fn import_cai(
         }
         waited.push(sync);
     }
-    let mut bitmaps = Bitmaps::default();
     let mut buffers = Vec::new();
-    let mut pack = |src: usize| -> Result<*const u8> {
-        if plan.len == 0 {
-            return Ok(std::ptr::null());
-        }
-        let buffer = device.allocate(plan.len.div_ceil(8))?;
-        let dst = buffer.as_ptr();
-        buffers.push(buffer);
-        // SAFETY: `src` holds `len` one-byte values (validated plan, kept
-        // alive by `owner`, which `Converted` keeps until the event);
-        // `dst` was just allocated with `len / 8` rounded up bytes.
-        unsafe { kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, stream.raw()) }
+    let queued = (|| {
+        let mut bitmaps = Bitmaps::default();
+        let mut pack = |src: usize| -> Result<*const u8> {
+            if plan.len == 0 {
+                return Ok(std::ptr::null());
+            }
+            let buffer = device.allocate(plan.len.div_ceil(8))?;
+            let dst = buffer.as_ptr();
+            buffers.push(buffer);
+            // SAFETY: `src` holds `len` one-byte values (validated plan,
+            // kept alive by `owner`, which `Converted` keeps until the
+            // event); `dst` was just allocated with `len / 8` rounded up
+            // bytes.
+            unsafe {
+                kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, stream.raw())
+            }
             .map_err(|e| cuda.error(e))?;
-        Ok(dst.cast_const())
-    };
-    if plan.bool_needs_packing {
-        bitmaps.values = Some(pack(plan.data_ptr)?);
-    }
-    if let Some(mask) = &plan.mask {
-        bitmaps.validity = Some(pack(mask.data_ptr)?);
-    }
-    // SAFETY: our live stream.
-    let event = unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the conversion") }?;
+            Ok(dst.cast_const())
+        };
+        if plan.bool_needs_packing {
+            bitmaps.values = Some(pack(plan.data_ptr)?);
+        }
+        if let Some(mask) = &plan.mask {
+            bitmaps.validity = Some(pack(mask.data_ptr)?);
+        }
+        // SAFETY: our live stream.
+        let event = unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the conversion") }?;
+        Ok((bitmaps, event))
+    })();
+    let (bitmaps, event) = drain_on_error(cuda, &stream, queued)?;
     let sync_event = event.sync_event();
     let keep = Arc::new(Converted {
         event,
@@ -273,22 +280,25 @@ fn mask_of(
     }
     let buffer = device.allocate(len)?;
     let dst = buffer.as_ptr();
-    // SAFETY: the bitmap covers `offset + len` bits (an imported array was
-    // validated); `array`, kept by `Converted`, keeps it alive; `dst` holds
-    // `len` bytes.
-    unsafe {
-        kernels::unpack_bits(
-            &cuda.context,
-            validity,
-            array.offset(),
-            len,
-            dst,
-            stream.raw(),
-        )
-    }
-    .map_err(|e| cuda.error(e))?;
-    // SAFETY: our live stream.
-    let event = unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the mask") }?;
+    let queued = (|| {
+        // SAFETY: the bitmap covers `offset + len` bits (an imported array
+        // was validated); `array`, kept by `Converted`, keeps it alive;
+        // `dst` holds `len` bytes.
+        unsafe {
+            kernels::unpack_bits(
+                &cuda.context,
+                validity,
+                array.offset(),
+                len,
+                dst,
+                stream.raw(),
+            )
+        }
+        .map_err(|e| cuda.error(e))?;
+        // SAFETY: our live stream.
+        unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the mask") }
+    })();
+    let event = drain_on_error(cuda, &stream, queued)?;
     let sync_event = event.sync_event();
     let keep = Arc::new(Converted {
         event,
@@ -312,4 +322,18 @@ fn mask_of(
     // SAFETY: the event just recorded, kept by `bytes`.
     interface.stream = unsafe { cuda.stream_after(sync_event) }?;
     Ok(CaiMask { interface, bytes })
+}
+
+/// `queued`, or its error once `stream` has drained: a kernel may already
+/// be writing memory that the caller frees when it returns the error.
+fn drain_on_error<T>(cuda: &CudaDevice, stream: &CudaStream, queued: Result<T>) -> Result<T> {
+    if queued.is_err() {
+        let raw = stream.raw();
+        // The error being returned is the one to report.
+        // SAFETY: our live stream.
+        let _ = cuda.run("cuStreamSynchronize", || unsafe {
+            cudarc::driver::result::stream::synchronize(raw)
+        });
+    }
+    queued
 }
