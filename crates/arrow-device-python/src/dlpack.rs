@@ -222,9 +222,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     match consumer {
         None => Ok(array),
         Some((device, handle)) => {
-            let cuda = device
-                .as_any()
-                .downcast_ref::<cuda::CudaDevice>()
+            let cuda = cuda::CudaDevice::of(device.as_ref())
                 .ok_or_else(|| PyValueError::new_err("the consumer stream's device is not CUDA"))?;
             // SAFETY: the interface stream lives for the process.
             unsafe { cuda.order_after_stream(&array, StreamSync::Handle(handle)) }.map_err(to_py)
@@ -249,9 +247,7 @@ fn consumer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<(DeviceRef, u64)>>
         return Ok(None);
     }
     let device = cuda::device(device_type, device_id).map_err(to_py)?;
-    let handle = device
-        .as_any()
-        .downcast_ref::<cuda::CudaDevice>()
+    let handle = cuda::CudaDevice::of(device.as_ref())
         .map(|cuda| cuda.interface_stream())
         .transpose()
         .map_err(to_py)?;

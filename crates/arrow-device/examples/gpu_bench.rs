@@ -355,10 +355,7 @@ fn synchronizations(gpu: &DeviceRef) -> Result<()> {
     const ROWS: usize = 10_000;
     let batch = string_batch(COLUMNS, ROWS)?;
     let on_cpu = cpu_device_array(&batch)?;
-    let counter = gpu
-        .as_any()
-        .downcast_ref::<CudaDevice>()
-        .ok_or("cuda::device did not return a CudaDevice")?;
+    let counter = CudaDevice::of(gpu.as_ref()).ok_or("cuda::device did not return a CudaDevice")?;
     println!(
         "#### 2. Host synchronizations per copy: {COLUMNS} utf8 columns × {ROWS} rows \
          ({} bytes)\n",
@@ -474,10 +471,7 @@ impl Steps {
 
 fn export_import(gpu: &DeviceRef) -> Result<()> {
     const ROWS: usize = 1_000;
-    let counter = gpu
-        .as_any()
-        .downcast_ref::<CudaDevice>()
-        .ok_or("cuda::device did not return a CudaDevice")?;
+    let counter = CudaDevice::of(gpu.as_ref()).ok_or("cuda::device did not return a CudaDevice")?;
     println!(
         "#### 3. `export()` + `DeviceArray::try_new` (validation `default`) of a record batch \
          already on the GPU, {ROWS} rows\n"

@@ -88,7 +88,7 @@ fn without_libcuda_lookup_falls_back_to_host_access_for_pinned_and_managed_memor
         assert_eq!((found.device_type(), found.device_id()), (device_type, 0));
         assert!(found.is_cpu_accessible());
         assert!(
-            found.as_any().downcast_ref::<cuda::CudaDevice>().is_none(),
+            cuda::CudaDevice::of(found.as_ref()).is_none(),
             "{device_type}: not the CUDA device"
         );
         // Import reads the relabelled host array zero-copy.

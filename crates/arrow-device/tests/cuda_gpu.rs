@@ -50,7 +50,7 @@ fn every_type_round_trips_through_device_pinned_and_managed_memory() {
             let imported = import(case, c_array, c_schema);
             let found = imported.device().expect("a device implementation");
             assert!(
-                found.as_any().downcast_ref::<CudaDevice>().is_some(),
+                CudaDevice::of(found.as_ref()).is_some(),
                 "{case}: import finds the registered CUDA device"
             );
             let host = imported

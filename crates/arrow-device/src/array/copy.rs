@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_schema::DataType;
+use smallvec::{smallvec, SmallVec};
 
 use crate::array::export::KeepAlive;
 use crate::array::import::read_value;
@@ -32,19 +33,41 @@ pub(crate) struct Copied {
     pub sync_event: *mut c_void,
 }
 
-/// Device memory of a copied tree. Dropping it first waits for the copies
-/// (the event), so sources and destination stay valid while they run, even
-/// when a consumer releases the array without waiting on its `sync_event`.
-struct DeviceCopy {
+/// Device memory that queued work writes (a copied tree, the bitmaps of a
+/// conversion), with what that work reads. Dropping it first waits for the
+/// work (the event), so sources and destination stay valid while it runs,
+/// even when a consumer releases the array without waiting on its
+/// `sync_event`.
+pub(crate) struct PendingMemory {
     device: DeviceRef,
     event: Event,
     _stream: Stream,
-    _memory: DeviceBuffer,
-    /// The host sources, when the device could not take them over.
+    _memory: SmallVec<[DeviceBuffer; 2]>,
+    /// What the work reads, when the device could not take it over.
     _sources: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
-impl Drop for DeviceCopy {
+impl PendingMemory {
+    /// Owns `memory`, written by work queued on `stream` before `event`
+    /// (of `device`) was recorded, and `sources`, which that work reads.
+    pub(crate) fn new(
+        device: DeviceRef,
+        event: Event,
+        stream: Stream,
+        memory: SmallVec<[DeviceBuffer; 2]>,
+        sources: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
+        PendingMemory {
+            device,
+            event,
+            _stream: stream,
+            _memory: memory,
+            _sources: sources,
+        }
+    }
+}
+
+impl Drop for PendingMemory {
     fn drop(&mut self) {
         // SAFETY: the event was created by `device` and lives in `self`.
         // A failure cannot be reported from a destructor; the memory is freed
@@ -211,13 +234,13 @@ fn finish_device_copy(
     let event = device.create_event()?;
     device.record_event(&event, &stream)?;
     let sync_event = event.sync_event();
-    let keep_alive: KeepAlive = Arc::new(DeviceCopy {
-        device: device.clone(),
+    let keep_alive: KeepAlive = Arc::new(PendingMemory::new(
+        device.clone(),
         event,
-        _stream: stream,
-        _memory: memory,
-        _sources: sources,
-    });
+        stream,
+        smallvec![memory],
+        sources,
+    ));
     Ok(Copied {
         node,
         keep_alive,

@@ -582,7 +582,7 @@ impl DeviceArray {
         keep: KeepAlive,
     ) -> Result<DeviceArray> {
         let device = self.require_device()?.clone();
-        if !self.storage.sync_event.is_null() && !self.storage.host_synced.load(Ordering::Acquire) {
+        if !self.is_synchronized() {
             return Err(Error::NotSupported(
                 "the array already has a pending sync_event; wait on it before ordering the \
                  array after another event"
@@ -590,22 +590,9 @@ impl DeviceArray {
             ));
         }
         let keep: KeepAlive = Arc::new((self.storage.clone(), keep));
-        let storage = Arc::new(Storage {
-            device_type: device.device_type(),
-            device_id: device.device_id(),
-            host_synced: AtomicBool::new(sync_event.is_null()),
-            device: Some(device),
-            sync_event,
-            sizes_known: self.storage.sizes_known,
-            root: self.node().clone(),
-            field: self.field().clone(),
-            _keep: Keep::Shared { _memory: keep },
-        });
-        Ok(DeviceArray {
-            storage,
-            node: NodeRef::Root,
-            field: None,
-        })
+        // With a device every size was read at import: `with_storage`'s
+        // "all sizes known" holds.
+        Ok(self.with_storage(self.node().clone(), device, sync_event, keep))
     }
 
     /// Whether the host has already waited on the `sync_event` (or there

@@ -21,7 +21,7 @@
 //! assert_eq!(imported.children()[0].len(), 3);
 //! assert_eq!(imported.to_host().unwrap().as_ref(), &lists as &dyn Array);
 //! ```
-mod copy;
+pub(crate) mod copy;
 mod device_array;
 pub(crate) mod export;
 mod import;

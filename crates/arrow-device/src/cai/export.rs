@@ -24,25 +24,27 @@ use crate::error::{Error, Result};
 /// validity buffer is fine when no value is null.
 pub fn describe(array: &DeviceArray) -> Result<CudaArrayInterface> {
     let interface = describe_values(array)?;
-    match array.null_count() {
-        Some(0) => {}
-        Some(nulls) => {
-            return Err(Error::NotSupported(format!(
-                "cannot describe an array with {nulls} nulls without a device: the CUDA Array \
-                 Interface's mask is element-wise (a byte per value) while Arrow's validity is a \
-                 bitmap; the CUDA devices make the mask (device::cuda::export_cai)"
-            )))
-        }
-        None => {
-            return Err(Error::NotSupported(
-                "cannot describe an array whose null count is unknown without a device: the \
-                 CUDA Array Interface has no bitmap validity (device::cuda::export_cai makes \
-                 the mask)"
-                    .to_string(),
-            ))
-        }
-    }
+    refuse_nulls(array)?;
     Ok(interface)
+}
+
+/// The null check of [`describe`]: an array that has (or may have) nulls
+/// cannot be described without a device that makes the mask.
+pub(crate) fn refuse_nulls(array: &DeviceArray) -> Result<()> {
+    match array.null_count() {
+        Some(0) => Ok(()),
+        Some(nulls) => Err(Error::NotSupported(format!(
+            "cannot describe an array with {nulls} nulls without a device: the CUDA Array \
+             Interface's mask is element-wise (a byte per value) while Arrow's validity is a \
+             bitmap; the CUDA devices make the mask (device::cuda::export_cai)"
+        ))),
+        None => Err(Error::NotSupported(
+            "cannot describe an array whose null count is unknown without a device: the \
+             CUDA Array Interface has no bitmap validity (device::cuda::export_cai makes \
+             the mask)"
+                .to_string(),
+        )),
+    }
 }
 
 /// [`describe`] without the null check: the values only, for a caller that

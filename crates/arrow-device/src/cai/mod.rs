@@ -77,7 +77,7 @@ mod typestr;
 pub use entries::Value;
 pub use export::describe;
 #[cfg(feature = "cuda")]
-pub(crate) use export::describe_values;
+pub(crate) use export::{describe_values, refuse_nulls};
 pub use plan::{import, ImportPlan, MaskPlan, StreamSync};
 #[cfg(feature = "cuda")]
 pub(crate) use plan::{import_with_bitmaps, Bitmaps};

@@ -84,7 +84,7 @@ pub fn export_dlpack_for_stream(
     if let Some(cuda) = array
         .device()
         .filter(|d| d.device_type() == crate::abi::DeviceType::CUDA)
-        .and_then(|d| d.as_any().downcast_ref::<crate::device::cuda::CudaDevice>())
+        .and_then(|d| crate::device::cuda::CudaDevice::of(d.as_ref()))
     {
         let tensor = export_dlpack_unsynchronized(array, versioned)?;
         if !array.is_synchronized() {

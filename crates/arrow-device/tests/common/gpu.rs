@@ -39,10 +39,7 @@ pub fn cuda_device(device_type: DeviceType) -> DeviceRef {
 
 /// The CUDA device behind a handle from [`cuda_device`].
 pub fn counter(device: &DeviceRef) -> &CudaDevice {
-    device
-        .as_any()
-        .downcast_ref::<CudaDevice>()
-        .expect("cuda::device returns a CudaDevice")
+    CudaDevice::of(device.as_ref()).expect("cuda::device returns a CudaDevice")
 }
 
 /// Imports structs from this crate's exporter, naming the case on failure.

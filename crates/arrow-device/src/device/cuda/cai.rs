@@ -14,14 +14,18 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field};
 
+use cudarc::driver::sys;
+use smallvec::{smallvec, SmallVec};
+
 use super::interop::raw_stream;
-use super::stream::{CudaEvent, CudaStream};
 use super::{device, kernels, pointer_memory_type, CudaDevice};
 use crate::abi::DeviceType;
+use crate::array::copy::PendingMemory;
+use crate::array::export::KeepAlive;
 use crate::array::node::{Node, RawBuf};
 use crate::array::DeviceArray;
 use crate::cai::{self, Bitmaps, CudaArrayInterface, ImportPlan};
-use crate::device::{DeviceBuffer, DeviceRef};
+use crate::device::{DeviceBuffer, DeviceRef, Stream};
 use crate::error::{Error, Result};
 
 /// What `__cuda_array_interface__` hands out for an array on a CUDA device.
@@ -48,7 +52,7 @@ pub struct CaiMask {
 
 /// The CUDA device behind `device`, which must be one.
 fn cuda_of(device: &DeviceRef) -> Result<&CudaDevice> {
-    device.as_any().downcast_ref::<CudaDevice>().ok_or_else(|| {
+    CudaDevice::of(device.as_ref()).ok_or_else(|| {
         Error::NotSupported(format!(
             "device type {} id {} is not implemented by the CUDA device",
             device.device_type(),
@@ -81,28 +85,40 @@ fn device_of(ptr: usize, entry: &str) -> Result<DeviceRef> {
     }
 }
 
-/// Memory made by a conversion, with the event recorded after it: freed
-/// only once the event has completed, so a consumer that releases the
-/// array without waiting cannot free memory a kernel still writes.
-struct Converted {
-    event: CudaEvent,
-    _bitmaps: Vec<DeviceBuffer>,
-    _stream: CudaStream,
-    /// What the kernels read: the producer's object (import) or the
-    /// source array (export).
-    _source: Arc<dyn Any + Send + Sync>,
+/// A stream of ours for a conversion, and its raw handle for the kernels.
+fn conversion_stream(device: &DeviceRef, cuda: &CudaDevice) -> Result<(Stream, sys::CUstream)> {
+    let stream = device.create_stream()?;
+    let raw = cuda.stream(&stream, "conversion")?.raw();
+    Ok((stream, raw))
 }
 
-impl Drop for Converted {
-    fn drop(&mut self) {
-        let event = self.event.raw();
-        // A failure cannot be reported from a destructor; the driver's
-        // frees order after pending work on their own as a last resort.
-        let _ = self.event.context().run("cuEventSynchronize", || {
-            // SAFETY: a live event of this context.
-            unsafe { cudarc::driver::result::event::synchronize(event) }
-        });
-    }
+/// The array `build` makes over converted memory of `device`, written by
+/// work queued on `stream`: ordered after that work by an event recorded
+/// now, and owning `memory` and `source` (what the work reads) until the
+/// event has completed, so a consumer that releases the array without
+/// waiting cannot free memory a kernel still reads or writes.
+fn converted_array(
+    device: &DeviceRef,
+    stream: Stream,
+    memory: SmallVec<[DeviceBuffer; 2]>,
+    source: Box<dyn Any + Send + Sync>,
+    build: impl FnOnce(KeepAlive) -> Result<DeviceArray>,
+) -> Result<DeviceArray> {
+    let recorded = device
+        .create_event()
+        .and_then(|event| device.record_event(&event, &stream).map(|()| event));
+    let event = drain_on_error(device, &stream, recorded)?;
+    let sync_event = event.sync_event();
+    let keep: KeepAlive = Arc::new(PendingMemory::new(
+        device.clone(),
+        event,
+        stream,
+        memory,
+        Some(source),
+    ));
+    let array = build(keep.clone())?;
+    // SAFETY: the device's own event (a CUevent*), kept valid by `keep`.
+    unsafe { array.ordered_after(sync_event, keep) }
 }
 
 /// Imports the memory a validated CUDA Array Interface describes, on the
@@ -150,23 +166,23 @@ pub unsafe fn import_cai(
         // SAFETY: the stream is live per the contract.
         return unsafe { cuda.order_after_stream(&array, plan.stream) };
     }
-    let stream = CudaStream::new(Arc::clone(&cuda.context)).map_err(|e| cuda.error(e))?;
+    let (stream, raw) = conversion_stream(&device, cuda)?;
     let mut waited = Vec::new();
     let streams = [Some(plan.stream), plan.mask.map(|m| m.stream)];
     for sync in streams.into_iter().flatten() {
         if waited.contains(&sync) {
             continue;
         }
-        if let Some(raw) = raw_stream(sync) {
+        if let Some(producer) = raw_stream(sync) {
             // SAFETY: a live producer stream per the contract; ours is live.
             unsafe {
-                let event = cuda.record_on(raw, "cuEventRecord on the producer's stream")?;
-                cuda.wait_on(stream.raw(), event.raw(), "cuStreamWaitEvent")?;
+                let event = cuda.record_on(producer, "cuEventRecord on the producer's stream")?;
+                cuda.wait_on(raw, event.raw(), "cuStreamWaitEvent")?;
             }
         }
         waited.push(sync);
     }
-    let mut buffers = Vec::new();
+    let mut buffers = SmallVec::new();
     let queued = (|| {
         let mut bitmaps = Bitmaps::default();
         let mut pack = |src: usize| -> Result<*const u8> {
@@ -177,13 +193,11 @@ pub unsafe fn import_cai(
             let dst = buffer.as_ptr();
             buffers.push(buffer);
             // SAFETY: `src` holds `len` one-byte values (validated plan,
-            // kept alive by `owner`, which `Converted` keeps until the
+            // kept alive by `owner`, which the result keeps until the
             // event); `dst` was just allocated with `len / 8` rounded up
             // bytes.
-            unsafe {
-                kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, stream.raw())
-            }
-            .map_err(|e| cuda.error(e))?;
+            unsafe { kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, raw) }
+                .map_err(|e| cuda.error(e))?;
             Ok(dst.cast_const())
         };
         if plan.bool_needs_packing {
@@ -192,23 +206,14 @@ pub unsafe fn import_cai(
         if let Some(mask) = &plan.mask {
             bitmaps.validity = Some(pack(mask.data_ptr)?);
         }
-        // SAFETY: our live stream.
-        let event = unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the conversion") }?;
-        Ok((bitmaps, event))
+        Ok(bitmaps)
     })();
-    let (bitmaps, event) = drain_on_error(cuda, &stream, queued)?;
-    let sync_event = event.sync_event();
-    let keep = Arc::new(Converted {
-        event,
-        _bitmaps: buffers,
-        _stream: stream,
-        _source: owner,
-    });
-    // SAFETY: forwarded contract; the bitmaps were made above and `keep`
-    // keeps them; the array is ordered after the kernels just below.
-    let array = unsafe { cai::import_with_bitmaps(plan, device.clone(), keep.clone(), bitmaps) }?;
-    // SAFETY: a CUevent* kept valid by `keep`.
-    unsafe { array.ordered_after(sync_event, keep) }
+    let bitmaps = drain_on_error(&device, &stream, queued)?;
+    converted_array(&device, stream, buffers, Box::new(owner), |keep| {
+        // SAFETY: forwarded contract; the bitmaps were made above and
+        // `keep` keeps them; the array is ordered after the kernels.
+        unsafe { cai::import_with_bitmaps(plan, device.clone(), keep, bitmaps) }
+    })
 }
 
 /// The CUDA Array Interface of `array` (version 3; see
@@ -220,9 +225,9 @@ pub unsafe fn import_cai(
 /// without nulls and without a pending `sync_event`.
 pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
     let mut interface = cai::describe_values(array)?;
-    let Some(device) = array
+    let Some((device, cuda)) = array
         .device()
-        .filter(|d| d.as_any().downcast_ref::<CudaDevice>().is_some())
+        .and_then(|d| CudaDevice::of(d.as_ref()).map(|cuda| (d, cuda)))
     else {
         // No CUDA device for the array (no driver, or a foreign
         // implementation): it can be described, but not waited on or
@@ -235,13 +240,12 @@ pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
                 array.device_id()
             )));
         }
-        let interface = cai::describe(array)?;
+        cai::refuse_nulls(array)?;
         return Ok(CaiExport {
             interface,
             mask: None,
         });
     };
-    let cuda = cuda_of(device)?;
     interface.stream = if array.is_synchronized() {
         None
     } else {
@@ -267,73 +271,48 @@ fn mask_of(
     validity: *const u8,
 ) -> Result<CaiMask> {
     let len = array.len();
-    let stream = CudaStream::new(Arc::clone(&cuda.context)).map_err(|e| cuda.error(e))?;
-    if !array.is_synchronized() {
-        // SAFETY: the array's event, kept valid by the array; our live stream.
-        unsafe {
-            cuda.wait_on(
-                stream.raw(),
-                super::stream::event_at(array.sync_event()),
-                "cuStreamWaitEvent on the array's sync_event",
-            )
-        }?;
-    }
+    let (stream, raw) = conversion_stream(device, cuda)?;
+    // SAFETY: the array's event (or NULL), kept valid by the array.
+    unsafe { device.stream_wait_sync_event(&stream, array.sync_event()) }?;
     let buffer = device.allocate(len)?;
     let dst = buffer.as_ptr();
-    let queued = (|| {
-        // SAFETY: the bitmap covers `offset + len` bits (an imported array
-        // was validated); `array`, kept by `Converted`, keeps it alive;
-        // `dst` holds `len` bytes.
-        unsafe {
-            kernels::unpack_bits(
-                &cuda.context,
-                validity,
-                array.offset(),
-                len,
-                dst,
-                stream.raw(),
-            )
-        }
-        .map_err(|e| cuda.error(e))?;
-        // SAFETY: our live stream.
-        unsafe { cuda.record_on(stream.raw(), "cuEventRecord after the mask") }
-    })();
-    let event = drain_on_error(cuda, &stream, queued)?;
-    let sync_event = event.sync_event();
-    let keep = Arc::new(Converted {
-        event,
-        _bitmaps: vec![buffer],
-        _stream: stream,
-        _source: Arc::new(array.clone()),
-    });
+    // SAFETY: the bitmap covers `offset + len` bits (an imported array was
+    // validated); `array`, kept by the result until the event, keeps it
+    // alive; `dst` holds `len` bytes.
+    let queued =
+        unsafe { kernels::unpack_bits(&cuda.context, validity, array.offset(), len, dst, raw) }
+            .map_err(|e| cuda.error(e));
+    drain_on_error(device, &stream, queued)?;
     let node = Node::primitive(DataType::UInt8, len, RawBuf { ptr: dst, len });
-    let bytes = DeviceArray::from_node(
-        node,
-        Field::new("", DataType::UInt8, false),
-        device.device_type(),
-        device.device_id(),
-        Some(device.clone()),
-        keep.clone(),
-    );
-    // SAFETY: a CUevent* kept valid by `keep`.
-    let bytes = unsafe { bytes.ordered_after(sync_event, keep) }?;
+    let bytes = converted_array(
+        device,
+        stream,
+        smallvec![buffer],
+        Box::new(array.clone()),
+        |keep| {
+            Ok(DeviceArray::from_node(
+                node,
+                Field::new("", DataType::UInt8, false),
+                device.device_type(),
+                device.device_id(),
+                Some(device.clone()),
+                keep,
+            ))
+        },
+    )?;
     let mut interface = cai::describe_values(&bytes)?;
     interface.typestr = "|b1".to_string();
-    // SAFETY: the event just recorded, kept by `bytes`.
-    interface.stream = unsafe { cuda.stream_after(sync_event) }?;
+    // SAFETY: the mask's event, kept by `bytes`.
+    interface.stream = unsafe { cuda.stream_after(bytes.sync_event()) }?;
     Ok(CaiMask { interface, bytes })
 }
 
 /// `queued`, or its error once `stream` has drained: a kernel may already
 /// be writing memory that the caller frees when it returns the error.
-fn drain_on_error<T>(cuda: &CudaDevice, stream: &CudaStream, queued: Result<T>) -> Result<T> {
+fn drain_on_error<T>(device: &DeviceRef, stream: &Stream, queued: Result<T>) -> Result<T> {
     if queued.is_err() {
-        let raw = stream.raw();
         // The error being returned is the one to report.
-        // SAFETY: our live stream.
-        let _ = cuda.run("cuStreamSynchronize", || unsafe {
-            cudarc::driver::result::stream::synchronize(raw)
-        });
+        let _ = device.synchronize_stream(stream);
     }
     queued
 }

@@ -200,6 +200,13 @@ impl std::fmt::Debug for CudaDevice {
 }
 
 impl CudaDevice {
+    /// The CUDA device behind a [`Device`] handle (a [`DeviceRef`] from
+    /// [`device`] or [`crate::device::lookup`]), or `None` for any other
+    /// implementation.
+    pub fn of(device: &dyn Device) -> Option<&CudaDevice> {
+        device.as_any().downcast_ref::<CudaDevice>()
+    }
+
     /// The kind of memory this device allocates.
     pub fn memory_kind(&self) -> MemoryKind {
         self.kind

@@ -13,7 +13,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
@@ -25,8 +25,8 @@ type Payload = Box<dyn Any + Send + Sync>;
 
 /// The reaper's queue; `None` when its thread could not be started (then
 /// nothing is handed over and callers keep their payloads).
-fn reaper() -> Option<&'static Mutex<Sender<Payload>>> {
-    static REAPER: OnceLock<Option<Mutex<Sender<Payload>>>> = OnceLock::new();
+fn reaper() -> Option<&'static Sender<Payload>> {
+    static REAPER: OnceLock<Option<Sender<Payload>>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
             let (sender, receiver) = mpsc::channel::<Payload>();
@@ -39,7 +39,7 @@ fn reaper() -> Option<&'static Mutex<Sender<Payload>>> {
                     }
                 })
                 .ok()
-                .map(|_| Mutex::new(sender))
+                .map(|_| sender)
         })
         .as_ref()
 }
@@ -52,10 +52,7 @@ unsafe extern "C" fn hand_to_reaper(user_data: *mut c_void) {
         let payload = unsafe { Box::from_raw(user_data.cast::<Payload>()) };
         match reaper() {
             Some(queue) => {
-                let sent = queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .send(*payload);
+                let sent = queue.send(*payload);
                 // The reaper never ends while the process runs; were it
                 // gone, dropping here could call CUDA: leak instead.
                 if let Err(mpsc::SendError(payload)) = sent {
