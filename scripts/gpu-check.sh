@@ -269,11 +269,14 @@ check_bench() {
     return 0
 }
 
+# `nvidia-smi`'s table names no "GPU 0:" line; `nvidia-smi -L` does, and
+# gpu_present was read from it before the steps.
 check_gpu() {
-    if [ "$2" -eq 0 ] && grep -q '^GPU [0-9]' "$1"; then
-        echo -n "$(grep -c '^GPU [0-9]' "$1") GPU(s)"
+    if [ "$2" -eq 0 ] && [ "$gpu_present" -eq 1 ]; then
+        echo -n "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]') GPU(s)"
     else
         echo -n "no GPU seen"
+        return 1
     fi
 }
 
