@@ -19,7 +19,7 @@ use crate::array::import::read_value;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
 use crate::device::{DeviceBuffer, DeviceRef, Event, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Path, Result};
 
 /// Alignment of every buffer inside a tree's allocation.
 const ALIGN: usize = 64;
@@ -312,16 +312,22 @@ fn for_each_node_mut(node: &mut Node, f: &mut impl FnMut(&mut Node)) {
 }
 
 /// Narrows large string/binary data buffers of a trimmed tree to
-/// `[offsets[0], offsets[slots])` of their (trimmed) offsets buffer, reading
-/// those offsets in one batch on `stream`; marks each narrowed node with
-/// `data_shift` so that [`rebase_narrowed_offsets`] shifts its offsets.
+/// `[offsets[offset], offsets[offset + len])`, the bytes the array's own
+/// slots reference, reading those two offsets of each node in one batch on
+/// `stream`; marks each narrowed node with `data_shift` so that
+/// [`rebase_narrowed_offsets`] shifts its offsets.
+///
+/// The trimmed tree keeps up to seven slots before the array's offset (a
+/// trimmed node starts at a byte of its bitmap); the spec does not constrain
+/// their offsets, so they are neither read here nor trusted later: the
+/// import validated exactly the two offsets read here (`array::import`).
 fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Result<()> {
     let mut reads: Vec<(*const u8, usize)> = Vec::new();
     for_each_node_mut(node, &mut |n| {
         if is_narrowable(n) {
             let width = offset_width(&n.data_type);
             let offsets = n.buffers[1].ptr;
-            reads.push((offsets, width));
+            reads.push((offsets.wrapping_add(n.offset * width), width));
             reads.push((offsets.wrapping_add(n.slots() * width), width));
         }
     });
@@ -353,44 +359,67 @@ fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Resu
                 data.len = l - f;
                 n.data_shift = Some(first);
             }
-            _ => invalid = Some((first, last, data.len)),
+            _ => {
+                invalid.get_or_insert((n.data_type.clone(), first, last, data.len));
+            }
         }
     });
+    // The import checked these two offsets; a producer that changed them
+    // since (the memory is theirs) gets an error, not a wrong copy.
     match invalid {
-        Some((first, last, len)) => Err(Error::NotSupported(format!(
-            "cannot copy a string slice whose offsets run from {first} to {last} in a data buffer of {len} bytes"
-        ))),
+        Some((data_type, first, last, len)) => Err(Error::invalid(
+            &Path::root(),
+            format!(
+                "a {data_type} node's offsets now run from {first} to {last}, expected 0 <= first <= last <= {len} (its data buffer's size, as imported)"
+            ),
+        )),
         None => Ok(()),
     }
 }
 
-/// Subtracts the first offset from every offset of the nodes
-/// [`narrow_string_data`] narrowed, so they address the narrowed data.
+/// Rewrites the offsets of the nodes [`narrow_string_data`] narrowed so
+/// they address the narrowed data: the array's own offsets less its first
+/// offset, and 0 for the slots before the array's offset, which the trimmed
+/// copy carries but nothing constrains (they could point anywhere, or be
+/// negative; after this the copied offsets buffer is valid from slot 0).
 ///
 /// # Safety
 /// `node` must describe host memory that is writable and not yet shared.
 unsafe fn rebase_narrowed_offsets(node: &mut Node) {
+    /// # Safety
+    /// `offsets` holds `count` writable values of `T`.
+    unsafe fn rebase<T: Copy + std::ops::Sub<Output = T> + Default>(
+        offsets: *mut T,
+        before: usize,
+        count: usize,
+        first: T,
+    ) {
+        for i in 0..count {
+            // SAFETY: `i < count`, per the contract; unaligned accesses
+            // make no alignment claim.
+            unsafe {
+                let p = offsets.add(i);
+                let value = if i < before {
+                    T::default()
+                } else {
+                    p.read_unaligned() - first
+                };
+                p.write_unaligned(value);
+            }
+        }
+    }
     let mut visit = |n: &mut Node| {
         let Some(first) = n.data_shift else { return };
-        let count = n.slots() + 1;
+        let (before, count) = (n.offset, n.slots() + 1);
         let ptr = n.buffers[1].ptr.cast_mut();
-        // SAFETY: the offsets buffer holds `slots + 1` offsets in writable
-        // host memory (the caller's contract); `plan` aligns it to 64 bytes,
-        // and unaligned accesses make no claim about that anyway.
+        // SAFETY: the offsets buffer holds `slots + 1` offsets of its width
+        // in writable host memory (this function's contract). `first` fits
+        // the width: it was read as one of these offsets.
         unsafe {
             if offset_width(&n.data_type) == 8 {
-                let offsets = ptr.cast::<i64>();
-                for i in 0..count {
-                    let p = offsets.add(i);
-                    p.write_unaligned(p.read_unaligned() - first);
-                }
+                rebase(ptr.cast::<i64>(), before, count, first);
             } else {
-                let offsets = ptr.cast::<i32>();
-                let first = first as i32;
-                for i in 0..count {
-                    let p = offsets.add(i);
-                    p.write_unaligned(p.read_unaligned() - first);
-                }
+                rebase(ptr.cast::<i32>(), before, count, first as i32);
             }
         }
     };
