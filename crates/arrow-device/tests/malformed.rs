@@ -26,6 +26,8 @@ use std::process::Command;
 use arrow_array::Array;
 use arrow_device::{DeviceArray, Error, ValidationLevel};
 
+mod common;
+
 /// A test whose body runs in a child process (this binary, filtered to the
 /// test), so that a crash (stack overflow, wild read) fails that test alone
 /// instead of aborting the suite.
@@ -42,6 +44,10 @@ macro_rules! isolated_test {
 
 #[path = "malformed/cases.rs"]
 mod cases;
+#[path = "malformed/conversions.rs"]
+mod conversions;
+#[path = "malformed/copies.rs"]
+mod copies;
 #[path = "malformed/levels.rs"]
 mod levels;
 #[path = "malformed/producer.rs"]

@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use arrow_array::{make_array, Array, ArrayRef, RecordBatch, RecordBatchOptions, StructArray};
 use arrow_buffer::alloc::Allocation;
+use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 
 use crate::abi::{ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
@@ -80,6 +81,16 @@ struct Storage {
     sync_event: *mut c_void,
     /// Set once the host has waited on `sync_event`.
     host_synced: AtomicBool,
+    /// Whether the import checked all the structure arrow-rs builds its
+    /// arrays on (`validate::structure`): from the default level on, but
+    /// for list-view offsets, which it does not read.
+    structure_checked: bool,
+    /// Set once every value of the tree is known valid (`validate::full`
+    /// passed, or this crate or arrow-rs built the data): arrow-rs may read
+    /// it unchecked, kernels included. Until then, data becomes arrow-rs
+    /// data only after `validate::structure` (unless `structure_checked`),
+    /// and reaches a kernel only after `validate::full`.
+    values_checked: AtomicBool,
     sizes_known: bool,
     /// The tree as imported (or copied).
     root: Node,
@@ -214,6 +225,9 @@ impl DeviceArray {
             device,
             sync_event,
             host_synced: AtomicBool::new(host_synced),
+            structure_checked: level >= ValidationLevel::Default
+                && !layout::contains_list_view(field.data_type()),
+            values_checked: AtomicBool::new(false),
             sizes_known,
             root: node,
             field,
@@ -439,7 +453,42 @@ impl DeviceArray {
 
     /// Copies (or, for CPU-accessible memory, wraps) the array as arrow-rs data,
     /// after honouring the producer's `sync_event`.
+    ///
+    /// The result has the structure arrow-rs builds its arrays on (checked
+    /// here where the import level did not: child lengths, first and last
+    /// offsets, list-view offsets); its values are what the producer wrote,
+    /// checked only if the import was at [`ValidationLevel::Full`]. Run
+    /// arrow-rs' `validate_full` before handing data from an untrusted
+    /// producer, imported at a lower level, to a kernel.
     pub fn to_host(&self) -> Result<ArrayRef> {
+        let data = self.host_data()?;
+        if !self.storage.structure_checked && !self.values_checked() {
+            validate::structure(&data, &Path::root())?;
+        }
+        Ok(make_array(data))
+    }
+
+    /// [`DeviceArray::to_host`] with every value checked first
+    /// (`validate::full`, once per tree): what this crate hands to an
+    /// arrow-rs kernel, since kernels trust their input.
+    pub(crate) fn to_host_checked(&self) -> Result<ArrayRef> {
+        let data = self.host_data()?;
+        if !self.values_checked() {
+            validate::full(&data, &Path::root())?;
+            if matches!(self.node, NodeRef::Root) {
+                self.storage.values_checked.store(true, Ordering::Release);
+            }
+        }
+        Ok(make_array(data))
+    }
+
+    fn values_checked(&self) -> bool {
+        self.storage.values_checked.load(Ordering::Acquire)
+    }
+
+    /// The tree as arrow-rs data, waited on, copied to the host if needed;
+    /// no check beyond the import's.
+    fn host_data(&self) -> Result<ArrayData> {
         let device = self.require_device()?;
         let data = if device.is_cpu_accessible() {
             self.storage.host_sync(device)?;
@@ -459,7 +508,7 @@ impl DeviceArray {
                 })
             }?
         };
-        Ok(make_array(data))
+        Ok(data)
     }
 
     /// Copies a struct array to the host as a record batch; the schema's
@@ -620,6 +669,10 @@ impl DeviceArray {
             sync_event: std::ptr::null_mut(),
             // Without an event there is nothing to wait for.
             host_synced: AtomicBool::new(true),
+            // Fixed-width values (every bit pattern is a value) and bitmaps
+            // that this crate made: nothing to check.
+            structure_checked: true,
+            values_checked: AtomicBool::new(true),
             sizes_known: true,
             root: node,
             field,
@@ -646,6 +699,9 @@ impl DeviceArray {
             device: Some(device),
             sync_event,
             host_synced: AtomicBool::new(host_synced),
+            // A copy (or a re-ordering) of checked data is checked.
+            structure_checked: self.storage.structure_checked,
+            values_checked: AtomicBool::new(self.values_checked()),
             sizes_known: true,
             root: node,
             field: self.field().clone(),
@@ -658,10 +714,14 @@ impl DeviceArray {
         }
     }
 
-    fn require_device(&self) -> Result<&DeviceRef> {
+    /// The device, or the error every hand-over of an opaque array's data
+    /// gives (export, DLPack, copies): the one rule for device types
+    /// without an implementation here.
+    pub(crate) fn require_device(&self) -> Result<&DeviceRef> {
         self.storage.device.as_ref().ok_or_else(|| {
             Error::NotSupported(format!(
-                "no device implementation for device type {} id {}: the array's metadata can be read but its data cannot be copied",
+                "no device implementation for device type {} id {}: the array's metadata can be read, \
+                 but its data cannot be copied or handed on (its sync_event cannot be waited on)",
                 self.storage.device_type, self.storage.device_id
             ))
         })
@@ -681,7 +741,9 @@ impl DeviceArray {
         let owner: Arc<dyn Allocation> = self.storage.clone();
         // SAFETY: CPU-accessible memory, synchronized, kept alive by `owner`.
         let data = unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
-        validate::full(&data, &Path::root())
+        validate::full(&data, &Path::root())?;
+        self.storage.values_checked.store(true, Ordering::Release);
+        Ok(())
     }
 }
 

@@ -129,6 +129,19 @@ pub(crate) fn child_field(data_type: &DataType, index: usize) -> Option<&FieldRe
     }
 }
 
+/// Whether a list view (`+vl`, `+vL`) occurs anywhere in `data_type`: its
+/// offsets are the one structure arrow-rs relies on that the default import
+/// level does not read (one per slot).
+pub(crate) fn contains_list_view(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::ListView(_) | DataType::LargeListView(_) => true,
+        DataType::Dictionary(_, values) => contains_list_view(values),
+        _ => (0..n_children(data_type).unwrap_or(0))
+            .filter_map(|i| child_field(data_type, i))
+            .any(|f| contains_list_view(f.data_type())),
+    }
+}
+
 /// Every child field of `data_type` in C order.
 pub(crate) fn child_fields(data_type: &DataType) -> Vec<&FieldRef> {
     (0..n_children(data_type).unwrap_or(0))

@@ -60,7 +60,11 @@ impl DeviceArray {
                 self.device_type()
             )));
         }
-        let converted = arrow_cast::cast(self.to_host()?.as_ref(), to)?;
+        // arrow-rs kernels trust their input: a string view naming a
+        // variadic buffer that does not exist, an offset past the data, a
+        // dictionary key past the dictionary would make `cast` read out of
+        // bounds or panic. The default import level reads none of those.
+        let converted = arrow_cast::cast(self.to_host_checked()?.as_ref(), to)?;
         let (array, _schema) = export_array(converted.as_ref())?;
         // SAFETY: our own export of arrow-rs data that `cast` built.
         unsafe { DeviceArray::try_new_with_field(array, field.clone(), ValidationLevel::None) }

@@ -1,20 +1,42 @@
-//! Full validation: every value of CPU-accessible data.
+//! Checks of host-readable arrow-rs data, naming the node at fault: the
+//! structure arrow-rs builds its arrays on ([`structure`]) and every value
+//! ([`full`]).
 
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 
 use crate::error::{Error, Path, Result};
 
+/// What arrow-rs assumes of any `ArrayData` it builds typed arrays from
+/// (its `ArrayData::validate`, on every node): buffer sizes, children as
+/// long as their parent needs (a struct's, a fixed-size list's), first and
+/// last offsets inside the data or child, list-view offsets and sizes
+/// inside the child. `make_array` slices children and offsets by these
+/// without further checks, so an array below them panics or reads out of
+/// bounds. O(nodes), plus one pass over list-view offsets.
+///
+/// Imports below `Full` check less than this (`None` no child lengths,
+/// `Default` no list-view offsets): this runs before such a tree becomes
+/// arrow-rs data (`DeviceArray::to_host`).
+pub(crate) fn structure(data: &ArrayData, path: &Path<'_>) -> Result<()> {
+    check_list_view(data, path)?;
+    data.validate()
+        .map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
+    for_each_child(data, path, structure)
+}
+
 /// Checks the values of `data` and its descendants, naming the node at fault.
 ///
 /// arrow-rs' `validate_data` covers offsets (monotonic, in range), UTF-8,
 /// view lengths and buffer indices, run ends, dictionary keys and null
 /// counts, one node at a time; union type ids are checked here since
-/// arrow-rs does not check them all.
+/// arrow-rs does not check them all. What every arrow-rs kernel relies on:
+/// it runs before this crate hands data to one (`array::represent`).
 pub(crate) fn full(data: &ArrayData, path: &Path<'_>) -> Result<()> {
     // Before arrow-rs' own check, which reports a non-nullable child with
     // nulls without saying which child.
     check_non_nullable_children(data, path)?;
+    check_list_view(data, path)?;
     data.validate_data()
         .map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
     if let DataType::Union(fields, _) = data.data_type() {
@@ -31,21 +53,77 @@ pub(crate) fn full(data: &ArrayData, path: &Path<'_>) -> Result<()> {
             }
         }
     }
+    for_each_child(data, path, full)
+}
+
+/// Runs `check` on each child (and the dictionary) of `data`, with its path.
+fn for_each_child(
+    data: &ArrayData,
+    path: &Path<'_>,
+    check: fn(&ArrayData, &Path<'_>) -> Result<()>,
+) -> Result<()> {
     match data.data_type() {
         DataType::Dictionary(_, _) => {
             if let Some(dictionary) = data.child_data().first() {
-                full(dictionary, &path.dictionary())?;
+                check(dictionary, &path.dictionary())?;
             }
         }
         DataType::Struct(fields) => {
             for (i, (child, field)) in data.child_data().iter().zip(fields.iter()).enumerate() {
-                full(child, &path.field(i, Some(field.name())))?;
+                check(child, &path.field(i, Some(field.name())))?;
             }
         }
         _ => {
             for (i, child) in data.child_data().iter().enumerate() {
-                full(child, &path.child(i, None))?;
+                check(child, &path.child(i, None))?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Each list view's offset + size must lie inside the child. arrow-rs checks
+/// this too (its `validate`), but names neither the offset nor the child's
+/// length ("Size 0 at index 1 is larger than the remaining values").
+fn check_list_view(data: &ArrayData, path: &Path<'_>) -> Result<()> {
+    match data.data_type() {
+        DataType::ListView(_) => check_views::<i32>(data, path),
+        DataType::LargeListView(_) => check_views::<i64>(data, path),
+        _ => Ok(()),
+    }
+}
+
+fn check_views<O: arrow_buffer::ArrowNativeType + Into<i64>>(
+    data: &ArrayData,
+    path: &Path<'_>,
+) -> Result<()> {
+    let (Some(offsets), Some(sizes), Some(child)) = (
+        data.buffers().first(),
+        data.buffers().get(1),
+        data.child_data().first(),
+    ) else {
+        return Ok(()); // arrow-rs' own check reports the missing parts
+    };
+    let range = data.offset()..data.offset() + data.len();
+    let (offsets, sizes) = (offsets.typed_data::<O>(), sizes.typed_data::<O>());
+    if offsets.len() < range.end || sizes.len() < range.end {
+        return Ok(()); // likewise: buffer sizes are arrow-rs' first check
+    }
+    let child_len = child.len() as i64;
+    for i in range {
+        if data.is_null(i - data.offset()) {
+            continue;
+        }
+        let (offset, size): (i64, i64) = (offsets[i].into(), sizes[i].into());
+        if offset < 0 || size < 0 || offset.checked_add(size).is_none_or(|end| end > child_len) {
+            return Err(Error::invalid(
+                path,
+                format!(
+                    "list view {} has offset {offset} and size {size}, expected both >= 0 and \
+                     offset + size <= {child_len} (the child's length)",
+                    i - data.offset()
+                ),
+            ));
         }
     }
     Ok(())

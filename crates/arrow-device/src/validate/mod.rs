@@ -4,6 +4,15 @@
 //! while the importer walks the structs; [`ValidationLevel::Full`] adds the
 //! value checks of `full`, on CPU-accessible memory only: device memory is
 //! never read on the host.
+//!
+//! Whatever the level, two rules hold after import:
+//! * data becomes arrow-rs data (`DeviceArray::to_host` and everything built
+//!   on it) only with the structure arrow-rs builds its arrays on: child
+//!   lengths, first and last offsets, list-view offsets (`structure`, run
+//!   where the import level did not cover it);
+//! * data reaches an arrow-rs kernel (a conversion to another
+//!   representation) only after every value it holds was checked (`full`,
+//!   once per tree): kernels trust their input.
 
 //! ```
 //! use arrow_array::StringArray;
@@ -19,7 +28,7 @@
 //! ```
 
 mod full;
-pub(crate) use full::full;
+pub(crate) use full::{full, structure};
 
 /// How much an importer checks before using a foreign array, as in nanoarrow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
