@@ -103,6 +103,47 @@ fn unknown_device_types_import_as_opaque_handles() {
 }
 
 #[test]
+fn an_opaque_array_is_handed_on_by_no_interface_with_one_error() {
+    let ints = Int32Array::from(vec![1, 2, 3]);
+    for (device_type, id) in [
+        (DeviceType::from(-1), 0),
+        (DeviceType::from(0), 0),
+        (DeviceType::OPENCL, 2),
+        (DeviceType::from(17), 0),
+    ] {
+        let opaque = relabel(&ints, device_type, id);
+        assert!(opaque.device().is_none(), "{device_type}: opaque");
+        let errors = [
+            opaque.export().map(drop).unwrap_err(),
+            arrow_device::dlpack::dlpack_device(&opaque)
+                .map(drop)
+                .unwrap_err(),
+            arrow_device::dlpack::export_dlpack(&opaque, true)
+                .map(drop)
+                .unwrap_err(),
+            arrow_device::dlpack::export_dlpack(&opaque, false)
+                .map(drop)
+                .unwrap_err(),
+            opaque.to_host().map(drop).unwrap_err(),
+        ];
+        for err in errors {
+            assert!(
+                matches!(err, Error::NotSupported(_)),
+                "{device_type}: {err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "not supported: no device implementation for device type {device_type} id {id}: \
+                     the array's metadata can be read, but its data cannot be copied or handed on \
+                     (its sync_event cannot be waited on)"
+                )
+            );
+        }
+    }
+}
+
+#[test]
 fn a_cpu_array_with_a_sync_event_is_rejected_when_read() {
     let strings = StringArray::from(vec!["a"]);
     let (mut c_array, schema) = export_array(&strings).unwrap();

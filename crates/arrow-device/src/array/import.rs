@@ -101,9 +101,17 @@ impl<'d> Importer<'d> {
         }
         let len = non_negative(array.length, "length", path)?;
         let offset = non_negative(array.offset, "offset", path)?;
-        let slots = len.checked_add(offset).ok_or_else(|| {
-            Error::invalid(path, format!("offset {offset} + length {len} overflows"))
-        })?;
+        // Both fit in i64; their sum must too: the C structs, arrow-rs and
+        // every consumer compute `offset + length` as int64.
+        let slots = len
+            .checked_add(offset)
+            .filter(|&slots| i64::try_from(slots).is_ok())
+            .ok_or_else(|| {
+                Error::invalid(
+                    path,
+                    format!("offset {offset} + length {len} overflows int64"),
+                )
+            })?;
         let null_count = match array.null_count {
             -1 => None,
             n if n < -1 => {

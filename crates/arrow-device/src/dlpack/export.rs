@@ -22,7 +22,13 @@ use crate::error::{Error, Result};
 /// DLPack's) and id, with id 0 for CPU, pinned and managed host memory, as
 /// dlpack.h asks (Arrow's CPU arrays use -1). This is what `__dlpack_device__`
 /// returns.
+///
+/// An array on a device type without an implementation here (an opaque
+/// import) is refused, with the error every other hand-over of its data
+/// gives (`DeviceArray::export`, copies): its `sync_event` cannot be waited
+/// on, so no consumer could be told when the data is ready.
 pub fn dlpack_device(array: &DeviceArray) -> Result<DLDevice> {
+    array.require_device()?;
     let device_type = array.device_type();
     let device_id = if device_type.is_cpu_accessible() {
         0

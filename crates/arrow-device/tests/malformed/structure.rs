@@ -99,9 +99,32 @@ fn a_negative_offset_is_rejected() {
 #[test]
 fn an_offset_whose_buffer_size_overflows_is_rejected() {
     let mut case = cases::int32();
-    // offset + length fits a 64-bit usize; the values buffer's size does not.
-    case.array.offset = i64::MAX;
+    // offset + length fits int64; the values buffer's size in bytes does not.
+    case.array.offset = i64::MAX / 2;
     expect_invalid(case.build(), FULL, "buffer 1", "overflow");
+}
+
+#[test]
+fn an_offset_plus_length_past_int64_is_rejected_at_every_level() {
+    // A struct without children has no buffer whose size would overflow
+    // first: only the sum itself can be checked.
+    let empty_struct = || {
+        Case::new(
+            ArrayNode::new(3, 0, vec![None]),
+            SchemaNode::new("+s", "empty"),
+        )
+    };
+    for (offset, length) in [(i64::MAX, 3), (i64::MAX - 2, 3), (3, i64::MAX)] {
+        let mut case = empty_struct();
+        (case.array.offset, case.array.length) = (offset, length);
+        for level in super::LEVELS {
+            let err = expect_invalid(case.build(), level, "array", "overflows int64");
+            assert!(err.to_string().contains(&offset.to_string()), "{err}");
+        }
+    }
+    let mut fits = empty_struct();
+    (fits.array.offset, fits.array.length) = (i64::MAX - 3, 3);
+    assert_eq!(super::expect_ok(fits.build(), FULL).len(), 3);
 }
 
 #[test]
