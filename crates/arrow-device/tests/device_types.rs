@@ -103,44 +103,103 @@ fn unknown_device_types_import_as_opaque_handles() {
 }
 
 #[test]
-fn an_opaque_array_is_handed_on_by_no_interface_with_one_error() {
+fn an_opaque_array_is_handed_on_only_where_the_consumer_can_use_it() {
+    use arrow_device::dlpack::{dlpack_device, export_dlpack};
     let ints = Int32Array::from(vec![1, 2, 3]);
-    for (device_type, id) in [
-        (DeviceType::from(-1), 0),
-        (DeviceType::from(0), 0),
-        (DeviceType::OPENCL, 2),
-        (DeviceType::from(17), 0),
+    let refused = |err: Error, device_type: DeviceType, why: &str| {
+        assert!(
+            matches!(err, Error::NotSupported(_)),
+            "{device_type}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "not supported: device type {device_type} id 0 has no implementation here, and"
+            )) && text.contains(why),
+            "{device_type}: {text}"
+        );
+    };
+    // Device types the spec does not name: no consumer could use them.
+    for device_type in [
+        DeviceType::from(-1),
+        DeviceType::from(0),
+        DeviceType::from(17),
     ] {
-        let opaque = relabel(&ints, device_type, id);
-        assert!(opaque.device().is_none(), "{device_type}: opaque");
-        let errors = [
-            opaque.export().map(drop).unwrap_err(),
-            arrow_device::dlpack::dlpack_device(&opaque)
-                .map(drop)
-                .unwrap_err(),
-            arrow_device::dlpack::export_dlpack(&opaque, true)
-                .map(drop)
-                .unwrap_err(),
-            arrow_device::dlpack::export_dlpack(&opaque, false)
-                .map(drop)
-                .unwrap_err(),
-            opaque.to_host().map(drop).unwrap_err(),
-        ];
-        for err in errors {
-            assert!(
-                matches!(err, Error::NotSupported(_)),
-                "{device_type}: {err:?}"
-            );
-            assert_eq!(
-                err.to_string(),
-                format!(
-                    "not supported: no device implementation for device type {device_type} id {id}: \
-                     the array's metadata can be read, but its data cannot be copied or handed on \
-                     (its sync_event cannot be waited on)"
-                )
-            );
-        }
+        let opaque = relabel(&ints, device_type, 0);
+        let why = "the spec names no such device type";
+        refused(opaque.export().map(drop).unwrap_err(), device_type, why);
+        refused(
+            dlpack_device(&opaque).map(drop).unwrap_err(),
+            device_type,
+            why,
+        );
+        refused(
+            export_dlpack(&opaque, true).map(drop).unwrap_err(),
+            device_type,
+            why,
+        );
     }
+    // A named one without a sync_event: passed on as it came, zero-copy.
+    let opencl = relabel(&ints, DeviceType::OPENCL, 0);
+    let (c_array, c_schema) = opencl.export().unwrap();
+    assert_eq!(
+        (c_array.device_type, c_array.device_id),
+        (DeviceType::OPENCL, 0)
+    );
+    assert!(c_array.sync_event.is_null());
+    // SAFETY: our own export.
+    let again =
+        unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }.unwrap();
+    assert_eq!(again.buffers()[1].ptr, opencl.buffers()[1].ptr, "zero-copy");
+    let device = dlpack_device(&opencl).unwrap();
+    assert_eq!(
+        (device.device_type, device.device_id),
+        (DeviceType::OPENCL, 0)
+    );
+    let tensor = export_dlpack(&opencl, true).unwrap();
+    assert_eq!(
+        tensor.dl_tensor().data.cast_const(),
+        opencl.buffers()[1].ptr.cast()
+    );
+    drop((tensor, again));
+    // With a sync_event: the device interface carries it along; DLPack
+    // cannot, and nobody here can wait on it.
+    let (mut c_array, schema) = export_array(&ints).unwrap();
+    (c_array.device_type, c_array.device_id) = (DeviceType::OPENCL, 0);
+    let mut fake_event = 0u64;
+    c_array.sync_event = (&mut fake_event as *mut u64).cast();
+    // SAFETY: the event is never dereferenced: opaque devices cannot wait.
+    let pending =
+        unsafe { DeviceArray::try_new(c_array, schema, ValidationLevel::Default) }.unwrap();
+    let (passed_on, _) = pending.export().unwrap();
+    assert_eq!(
+        passed_on.sync_event,
+        pending.sync_event(),
+        "the producer's event, passed on"
+    );
+    let why = "DLPack carries no sync_event";
+    refused(
+        dlpack_device(&pending).map(drop).unwrap_err(),
+        DeviceType::OPENCL,
+        why,
+    );
+    refused(
+        export_dlpack(&pending, false).map(drop).unwrap_err(),
+        DeviceType::OPENCL,
+        why,
+    );
+    drop(passed_on);
+    // A view array's variadic sizes were never read on an opaque device.
+    let views = relabel(
+        &arrow_array::StringViewArray::from(vec!["a", "long enough to be out of line"]),
+        DeviceType::OPENCL,
+        0,
+    );
+    refused(
+        views.export().map(drop).unwrap_err(),
+        DeviceType::OPENCL,
+        "variadic buffer sizes",
+    );
 }
 
 #[test]

@@ -580,14 +580,58 @@ impl DeviceArray {
 
     /// Exports this array (zero-copy) as a new pair of C structs that keep it
     /// alive; `sync_event` is the producer's, still owned by this tree.
+    ///
+    /// An array on a device type without an implementation here (opaque) is
+    /// passed on as it came, event included, where
+    /// [`check_hand_on`](Self::check_hand_on) allows.
     pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
-        let device = self.require_device()?;
+        self.check_hand_on(HandOn::DeviceInterface)?;
         let schema = crate::schema::export_field(self.field())?;
         let keep: KeepAlive = self.storage.clone();
         Ok((
-            export_node(self.node(), keep, device.as_ref(), self.storage.sync_event),
+            export_node(
+                self.node(),
+                keep,
+                (self.storage.device_type, self.storage.device_id),
+                self.storage.device.as_deref(),
+                self.storage.sync_event,
+            ),
             schema,
         ))
+    }
+
+    /// The one rule for handing an array's data on to another consumer
+    /// without copying it ([`export`](Self::export), DLPack): always allowed
+    /// on a device with an implementation here. An opaque array (device type
+    /// without one) is handed on only where the consumer could use it: its
+    /// device type must be one the spec names, and the interface must carry
+    /// what this crate cannot do for it: the C Device Data Interface passes
+    /// the producer's `sync_event` along (but not a view's variadic sizes,
+    /// which were never read), DLPack carries no event, so only an array
+    /// without one goes there.
+    pub(crate) fn check_hand_on(&self, interface: HandOn) -> Result<()> {
+        if self.storage.device.is_some() {
+            return Ok(());
+        }
+        let (device_type, device_id) = (self.storage.device_type, self.storage.device_id);
+        let refuse = |why: &str| {
+            Err(Error::NotSupported(format!(
+                "device type {device_type} id {device_id} has no implementation here, \
+                 and {why}"
+            )))
+        };
+        if device_type.name().is_none() {
+            return refuse("the spec names no such device type: no consumer could find the memory");
+        }
+        match interface {
+            HandOn::DeviceInterface if layout::contains(self.data_type(), &layout::is_view) => {
+                refuse("a view array's variadic buffer sizes live in memory this crate cannot read")
+            }
+            HandOn::Dlpack if !self.storage.sync_event.is_null() => {
+                refuse("DLPack carries no sync_event, and this one cannot be waited on here")
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Blocks the host until the producer's `sync_event` has completed (once
@@ -714,14 +758,10 @@ impl DeviceArray {
         }
     }
 
-    /// The device, or the error every hand-over of an opaque array's data
-    /// gives (export, DLPack, copies): the one rule for device types
-    /// without an implementation here.
-    pub(crate) fn require_device(&self) -> Result<&DeviceRef> {
+    fn require_device(&self) -> Result<&DeviceRef> {
         self.storage.device.as_ref().ok_or_else(|| {
             Error::NotSupported(format!(
-                "no device implementation for device type {} id {}: the array's metadata can be read, \
-                 but its data cannot be copied or handed on (its sync_event cannot be waited on)",
+                "no device implementation for device type {} id {}: the array's metadata can be read but its data cannot be copied",
                 self.storage.device_type, self.storage.device_id
             ))
         })
@@ -745,6 +785,16 @@ impl DeviceArray {
         self.storage.values_checked.store(true, Ordering::Release);
         Ok(())
     }
+}
+
+/// The interfaces that hand an array's data on, for
+/// [`DeviceArray::check_hand_on`]: they differ in what they can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandOn {
+    /// The C Device Data Interface (`export`): carries a `sync_event`.
+    DeviceInterface,
+    /// DLPack: carries no event.
+    Dlpack,
 }
 
 fn not_a_record_batch(data_type: &DataType) -> Error {

@@ -33,7 +33,7 @@ use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 
-use crate::abi::{raw, ArrowDeviceArray, FFI_ArrowSchema};
+use crate::abi::{raw, ArrowDeviceArray, DeviceType, FFI_ArrowSchema};
 use crate::array::copy;
 use crate::array::layout;
 use crate::array::node::{self, Node};
@@ -107,10 +107,12 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
     let node = Node::from_array_data(&data, &mut extra);
     let sources: KeepAlive = Arc::new((data, extra));
     let copied = copy::host_to_device(&node, sources, device)?;
+    let device = copied.device.as_ref();
     Ok(export_node(
         &copied.node,
         copied.keep_alive,
-        copied.device.as_ref(),
+        (device.device_type(), device.device_id()),
+        Some(device),
         copied.sync_event,
     ))
 }
@@ -172,17 +174,20 @@ fn export_data_struct(data: &ArrayData, keep: &KeepAlive) -> raw::ArrowArray {
     )
 }
 
-/// Writes the C struct for `node` on `device`, whose memory `keep` keeps alive.
+/// Writes the C struct for `node` on device `(device_type, device_id)`,
+/// whose memory `keep` keeps alive; `device` is its implementation, `None`
+/// for an opaque one (then a view's variadic sizes go on the heap).
 pub(crate) fn export_node(
     node: &Node,
     keep: KeepAlive,
-    device: &dyn device::Device,
+    (device_type, device_id): (DeviceType, i64),
+    device: Option<&dyn device::Device>,
     sync_event: *mut c_void,
 ) -> ArrowDeviceArray {
     let mut out = ArrowDeviceArray::empty();
     *raw::array_mut(&mut out.array) = export_struct(node, &keep, device);
-    out.device_type = device.device_type();
-    out.device_id = device.device_id();
+    out.device_type = device_type;
+    out.device_id = device_id;
     out.sync_event = sync_event;
     out
 }
@@ -210,9 +215,9 @@ enum VariadicSizes {
 }
 
 impl VariadicSizes {
-    fn new(sizes: Box<[i64]>, device: &dyn device::Device) -> VariadicSizes {
+    fn new(sizes: Box<[i64]>, device: Option<&dyn device::Device>) -> VariadicSizes {
         let bytes = std::mem::size_of_val::<[i64]>(&sizes);
-        match device.allocate_host_visible(bytes) {
+        match device.and_then(|d| d.allocate_host_visible(bytes)) {
             Some(buffer) if buffer.as_ptr() as usize % std::mem::align_of::<i64>() == 0 => {
                 // SAFETY: host-writable memory of `bytes` bytes, aligned for
                 // i64 (checked), not yet shared.
@@ -237,7 +242,11 @@ impl VariadicSizes {
     }
 }
 
-fn export_struct(node: &Node, keep: &KeepAlive, device: &dyn device::Device) -> raw::ArrowArray {
+fn export_struct(
+    node: &Node,
+    keep: &KeepAlive,
+    device: Option<&dyn device::Device>,
+) -> raw::ArrowArray {
     let buffers = node
         .buffers
         .iter()

@@ -129,17 +129,25 @@ pub(crate) fn child_field(data_type: &DataType, index: usize) -> Option<&FieldRe
     }
 }
 
+/// Whether `data_type` or any type nested in it (children, dictionary
+/// values) satisfies `matches`.
+pub(crate) fn contains(data_type: &DataType, matches: &impl Fn(&DataType) -> bool) -> bool {
+    matches(data_type)
+        || match data_type {
+            DataType::Dictionary(_, values) => contains(values, matches),
+            _ => (0..n_children(data_type).unwrap_or(0))
+                .filter_map(|i| child_field(data_type, i))
+                .any(|f| contains(f.data_type(), matches)),
+        }
+}
+
 /// Whether a list view (`+vl`, `+vL`) occurs anywhere in `data_type`: its
 /// offsets are the one structure arrow-rs relies on that the default import
 /// level does not read (one per slot).
 pub(crate) fn contains_list_view(data_type: &DataType) -> bool {
-    match data_type {
-        DataType::ListView(_) | DataType::LargeListView(_) => true,
-        DataType::Dictionary(_, values) => contains_list_view(values),
-        _ => (0..n_children(data_type).unwrap_or(0))
-            .filter_map(|i| child_field(data_type, i))
-            .any(|f| contains_list_view(f.data_type())),
-    }
+    contains(data_type, &|t| {
+        matches!(t, DataType::ListView(_) | DataType::LargeListView(_))
+    })
 }
 
 /// Every child field of `data_type` in C order.

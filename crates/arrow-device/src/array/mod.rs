@@ -29,6 +29,7 @@ pub(crate) mod layout;
 pub(crate) mod node;
 mod represent;
 
+pub(crate) use device_array::HandOn;
 pub use device_array::{BufferInfo, DeviceArray};
 pub use export::{export_array, export_array_to, export_record_batch, export_record_batch_to};
 pub use represent::{check_representation, same_data};

@@ -14,7 +14,7 @@ use std::ptr::{self, NonNull};
 
 use super::abi::*;
 use super::dtype::dlpack_data_type;
-use crate::array::DeviceArray;
+use crate::array::{DeviceArray, HandOn};
 use crate::cai::StreamSync;
 use crate::error::{Error, Result};
 
@@ -24,11 +24,11 @@ use crate::error::{Error, Result};
 /// returns.
 ///
 /// An array on a device type without an implementation here (an opaque
-/// import) is refused, with the error every other hand-over of its data
-/// gives (`DeviceArray::export`, copies): its `sync_event` cannot be waited
-/// on, so no consumer could be told when the data is ready.
+/// import) goes through the one rule of every hand-over
+/// (`DeviceArray::check_hand_on`): a device type the spec names, and no
+/// `sync_event`, which DLPack could not carry and this crate cannot wait on.
 pub fn dlpack_device(array: &DeviceArray) -> Result<DLDevice> {
-    array.require_device()?;
+    array.check_hand_on(HandOn::Dlpack)?;
     let device_type = array.device_type();
     let device_id = if device_type.is_cpu_accessible() {
         0
