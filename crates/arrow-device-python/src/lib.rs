@@ -11,6 +11,7 @@ mod capsule;
 mod device;
 mod dlpack;
 mod errors;
+mod interpreter;
 mod stream;
 
 use pyo3::prelude::*;

@@ -24,8 +24,14 @@ use crate::array::{check_kwargs, import_any, parse_level, requested_field, PyDev
 use crate::capsule::{self, ARROW_ARRAY_STREAM, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use crate::device::device_type_object;
 use crate::errors::{guard, to_py, IntoPy};
+use crate::interpreter::{attached, PyOwned};
 
 type Batches = Box<dyn Iterator<Item = arrow_device::Result<DeviceArray>> + Send>;
+
+/// Where a Python-iterable source leaves the exception behind an error.
+/// Shared by the stream object and its batch source, either of which may be
+/// the last owner, released at interpreter exit: hence `PyOwned`.
+type Raised = Arc<PyOwned<Mutex<Option<PyErr>>>>;
 
 /// A stream of `DeviceArray`s, read once: iterate it, or hand it on whole
 /// with `__arrow_c_device_stream__` / `__arrow_c_stream__` (pyarrow's
@@ -39,7 +45,7 @@ pub struct PyDeviceStream {
     /// rather than blocked while holding the GIL.
     batches: Mutex<Option<Batches>>,
     /// Where a Python-iterable source leaves the exception behind an error.
-    raised: Arc<Mutex<Option<PyErr>>>,
+    raised: Raised,
 }
 
 /// Locks a mutex whose holder only moves a value in or out.
@@ -53,12 +59,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// checked to have the stream's type and device type. A Python exception
 /// ends the stream as a producer error carrying its text, which a C
 /// consumer reads from `get_last_error`.
+///
+/// A C consumer may hold the stream anywhere: it is released, and read,
+/// through [`PyOwned`] and [`attached`], which do no Python work once the
+/// interpreter is finalizing (an unconsumed capsule alive at exit).
 struct PyBatches {
-    /// `None` once dropped (see `Drop`).
-    iterator: Option<Py<PyAny>>,
+    iterator: PyOwned<Py<PyAny>>,
     /// The Python exception behind the last error, for a Python caller
     /// iterating the stream (a C consumer gets its text).
-    raised: Arc<Mutex<Option<PyErr>>>,
+    raised: Raised,
     level: ValidationLevel,
     field: Field,
     device_type: DeviceType,
@@ -69,10 +78,8 @@ struct PyBatches {
 impl PyBatches {
     /// The next array-like as a `DeviceArray`; `Ok(None)` at the end.
     fn next_item(&mut self, py: Python<'_>) -> PyResult<Option<DeviceArray>> {
-        let Some(iterator) = &self.iterator else {
-            return Ok(None);
-        };
-        match iterator
+        match self
+            .iterator
             .bind(py)
             .call_method0(pyo3::intern!(py, "__next__"))
         {
@@ -87,7 +94,7 @@ impl Iterator for PyBatches {
     type Item = arrow_device::Result<DeviceArray>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        Python::attach(|py| {
+        let read = attached(|py| {
             let batch = match self.next_item(py) {
                 Ok(batch) => batch?,
                 Err(err) => {
@@ -100,18 +107,19 @@ impl Iterator for PyBatches {
             let checked =
                 check_stream_array(self.index, &batch, self.field.data_type(), self.device_type);
             Some(checked.map(|()| batch))
+        });
+        // A consumer reading at interpreter exit (a thread of its own, a
+        // finalizer) gets an error, not a panic.
+        read.unwrap_or_else(|| {
+            Some(Err(Error::Producer {
+                code: libc::EIO,
+                message: format!(
+                    "batch {}: the Python interpreter is shutting down, and the stream's Python \
+                     iterable can no longer be read",
+                    self.index + 1
+                ),
+            }))
         })
-    }
-}
-
-impl Drop for PyBatches {
-    /// Drops the Python iterator with the interpreter attached, so that it
-    /// (and what it holds) goes at once, also when the last owner is a C
-    /// consumer releasing the stream from a thread without the GIL.
-    fn drop(&mut self) {
-        if let Some(iterator) = self.iterator.take() {
-            Python::attach(move |_| drop(iterator));
-        }
     }
 }
 
@@ -185,9 +193,9 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
             }
             Err(err) => return Err(err),
         };
-        let raised = Arc::new(Mutex::new(None));
+        let raised = Arc::new(PyOwned::new(Mutex::new(None)));
         let rest = PyBatches {
-            iterator: Some(iterator.into_any().unbind()),
+            iterator: PyOwned::new(iterator.into_any().unbind()),
             raised: raised.clone(),
             level,
             field: first.field().clone(),
@@ -209,7 +217,7 @@ impl PyDeviceStream {
             field: reader.field().clone(),
             device_type: reader.device_type(),
             batches: Mutex::new(Some(Box::new(reader))),
-            raised: Arc::new(Mutex::new(None)),
+            raised: Arc::new(PyOwned::new(Mutex::new(None))),
         }
     }
 
