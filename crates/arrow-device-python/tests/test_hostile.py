@@ -245,12 +245,13 @@ def check_released_after_drop(built):
     assert_released_once(built, "after the import was dropped")
 
 
-def run_isolated(body: str, watchdog_s=None):
-    """Runs `body` (with this module's names imported) in a child
-    interpreter: a crash there fails this test instead of the run. With
-    `watchdog_s`, a child still running after that long prints every
-    thread's stack and exits (a deadlock)."""
-    code = "from test_hostile import *\n"
+def run_isolated(body: str, watchdog_s=None, module="test_hostile", quiet=False):
+    """Runs `body` (with the names of `module`, a test module beside this
+    one, imported) in a child interpreter: a crash there fails this test
+    instead of the run. With `watchdog_s`, a child still running after that
+    long prints every thread's stack and exits (a deadlock). With `quiet`,
+    the child must also print nothing on stderr (no backtrace, no warning)."""
+    code = f"from {module} import *\n"
     if watchdog_s is not None:
         code += f"import faulthandler; faulthandler.dump_traceback_later({watchdog_s}, exit=True)\n"
     code += textwrap.dedent(body) + "\nprint('ISOLATED OK')\n"
@@ -263,6 +264,7 @@ def run_isolated(body: str, watchdog_s=None):
     assert proc.returncode == 0 and "ISOLATED OK" in proc.stdout, (
         f"child exited with {proc.returncode}{crash}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     )
+    assert not quiet or proc.stderr == "", f"the child wrote to stderr:\n{proc.stderr}"
 
 
 def read_in_two_threads(stream):
@@ -609,8 +611,10 @@ DEFECTS = [
     # ---- lengths and counts
     ("negative length", mutate_case(int32, lambda c: _set(c.array, length=-1)), "full", "array", "length is -1"),
     ("negative offset", mutate_case(int32, lambda c: _set(c.array, offset=-1)), "full", "array", "offset is -1"),
-    ("offset overflowing the buffer size", mutate_case(int32, lambda c: _set(c.array, offset=2**63 - 1)),
+    ("offset overflowing the buffer size", mutate_case(int32, lambda c: _set(c.array, offset=2**62)),
      "full", "buffer 1", "overflow"),
+    ("offset + length past int64", mutate_case(int32, lambda c: _set(c.array, offset=2**63 - 1)),
+     "full", "array", "overflows int64"),
     ("null_count -2", mutate_case(int32, lambda c: _set(c.array, null_count=-2)), "full", "array", "null_count is -2"),
     ("null_count above length", mutate_case(int32, lambda c: _set(c.array, null_count=4)),
      "full", "array", "null_count 4"),
