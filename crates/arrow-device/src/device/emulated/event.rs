@@ -7,9 +7,11 @@
 //! pointer is an error, not undefined behaviour.
 //!
 //! Semantics follow CUDA's: an event never recorded is complete; recording it
-//! on a stream makes it pending until the stream's worker reaches the record;
-//! a wait (on the host or on a stream) waits for the *latest* record made
-//! before the wait was issued, not for later ones.
+//! on a stream makes it pending until the stream reaches the record; a wait
+//! (on the host or on a stream) waits for the *latest* record made before the
+//! wait was issued, not for later ones. The host blocks on a condition
+//! variable; a stream does not block a worker: it leaves a waker with the
+//! event and is parked until the record completes.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::c_void;
@@ -28,6 +30,20 @@ struct Status {
     recorded: u64,
     /// Generations recorded but not yet reached by their stream.
     pending: BTreeSet<u64>,
+    /// Parked streams, each waiting for one generation.
+    wakers: Wakers,
+}
+
+/// What resumes a parked stream once the record it waits for completes.
+pub(super) type Waker = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct Wakers(Vec<(u64, Waker)>);
+
+impl std::fmt::Debug for Wakers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} parked stream(s)", self.0.len())
+    }
 }
 
 impl EventState {
@@ -53,10 +69,34 @@ impl EventState {
         self.status().recorded
     }
 
-    /// Marks record `generation` complete and wakes its waiters.
+    /// Marks record `generation` complete and wakes its waiters: host
+    /// threads and parked streams.
     pub(super) fn complete(&self, generation: u64) {
-        self.status().pending.remove(&generation);
+        let woken: Vec<Waker> = {
+            let mut status = self.status();
+            status.pending.remove(&generation);
+            let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut status.wakers.0)
+                .into_iter()
+                .partition(|(waited, _)| !status.pending.contains(waited));
+            status.wakers.0 = waiting;
+            done.into_iter().map(|(_, wake)| wake).collect()
+        };
         self.completed.notify_all();
+        // Outside the lock: waking a stream takes its pool's lock.
+        for wake in woken {
+            wake();
+        }
+    }
+
+    /// Leaves `wake` to be called once record `generation` has completed;
+    /// returns false, dropping `wake`, if it has completed already.
+    pub(super) fn when_complete(&self, generation: u64, wake: Waker) -> bool {
+        let mut status = self.status();
+        if !status.pending.contains(&generation) {
+            return false;
+        }
+        status.wakers.0.push((generation, wake));
+        true
     }
 
     /// Blocks until record `generation` has completed.

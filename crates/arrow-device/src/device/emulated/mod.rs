@@ -11,19 +11,30 @@
 //!   pages (one memfd mapped twice). Every device
 //!   pointer handed to a copy is checked against the registry of live
 //!   allocations; a foreign or out-of-range pointer is an error, not a crash.
-//! - **Reading before the producer's work is done.** Copies run on one worker
-//!   thread per stream, in order. With a `delay`, each copy waits that long
-//!   before running, and its destination holds poison bytes (`0xDB`) from the
+//! - **Reading before the producer's work is done.** Copies run later, in
+//!   order per stream. With a `delay`, each copy waits that long before
+//!   running, and its destination holds poison bytes (`0xDB`) from the
 //!   moment it is queued until it has run, so a consumer that skips the
 //!   stream or `sync_event` wait reads poison, deterministically. Events are
 //!   real: a recorded event completes when its stream reaches it.
+//!
+//! Streams are queues, not threads, as on a GPU: each device runs the work
+//! of all its streams on a pool of at most [`MAX_STREAM_WORKERS`] worker
+//! threads, so an array that keeps its copy's stream alive costs no thread,
+//! and a process may hold any number of them. A worker runs one stream's
+//! operations in order; a stream whose next operation must wait (for an
+//! event, or for a delayed copy's time) is parked rather than holding a
+//! worker, so waits between streams cannot deadlock the pool (see the
+//! `stream` and `pool` modules).
 //!
 //! If a code path passes on this device in strict, delayed mode, it honours
 //! the spec's memory and synchronization rules (DESIGN.md, "Testing without a
 //! GPU"). Configure the process-wide instances returned by
 //! [`EmulatedDevice::global`] (which [`crate::device::lookup`] uses for
 //! `EXT_DEV` arrays) with the environment variable `ARROW_DEVICE_EMULATED`,
-//! e.g. `strict=1,delay_ms=5`, or with [`EmulatedDevice::set_global_config`].
+//! e.g. `strict=1,delay_ms=5` (delays of at most
+//! [`EmulatedConfig::MAX_DELAY`], 10 seconds; see [`EmulatedConfig::parse`]),
+//! or with [`EmulatedDevice::set_global_config`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -53,6 +64,7 @@
 
 mod event;
 mod memory;
+mod pool;
 mod stream;
 #[cfg(all(test, target_os = "linux"))]
 mod tests;
@@ -66,6 +78,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use self::event::EmulatedEvent;
+use self::pool::Pool;
 use self::stream::{EmulatedStream, Endpoint};
 use crate::abi::DeviceType;
 use crate::device::{Device, DeviceBuffer, Event, Stream};
@@ -98,54 +111,88 @@ impl EmulatedConfig {
     /// The environment variable [`EmulatedConfig::from_env`] reads.
     pub const ENV_VAR: &'static str = "ARROW_DEVICE_EMULATED";
 
+    /// The longest `delay_ms` / `delay_us` that [`EmulatedConfig::parse`]
+    /// accepts: 10 seconds.
+    ///
+    /// Every queued copy waits the delay, one after another on its stream,
+    /// and dropping an array (or its stream) waits for its copies, so a
+    /// process cannot exit while an array is alive for as long as its copies
+    /// take. A delay only has to widen a race window: the suites use at most
+    /// 1 second, and 10 seconds is generous for any test while still letting
+    /// a process that sets it by mistake finish.
+    pub const MAX_DELAY: Duration = Duration::from_secs(10);
+
     /// The configuration in `ARROW_DEVICE_EMULATED` (see
-    /// [`EmulatedConfig::parse`]); the default when it is unset.
-    pub fn from_env() -> Self {
-        std::env::var(Self::ENV_VAR)
-            .map(|spec| Self::parse(&spec))
-            .unwrap_or_default()
+    /// [`EmulatedConfig::parse`]); the default when it is unset or not
+    /// Unicode.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(Self::ENV_VAR) {
+            Ok(spec) => Self::parse(&spec),
+            Err(_) => Ok(Self::default()),
+        }
     }
 
-    /// Parses comma-separated `key=value` pairs: `strict=0|1` (also
-    /// `true/false`, `yes/no`, `on/off`), `delay_ms=N`, `delay_us=N`. Unknown
-    /// keys and unparsable values are ignored, leaving the default in place:
-    /// a typo in a CI variable must not abort the test run.
+    /// Parses the syntax of `ARROW_DEVICE_EMULATED`: comma-separated
+    /// `key=value` pairs, `strict=0|1` (also `true/false`, `yes/no`,
+    /// `on/off`), `delay_ms=N`, `delay_us=N`. Unknown keys and unparsable
+    /// values are ignored, leaving the default in place: a typo in a CI
+    /// variable must not abort the test run. A delay above
+    /// [`EmulatedConfig::MAX_DELAY`] is an error that names the variable, the
+    /// key, the value and the bound: silently shortening it would change
+    /// what the tests check, and keeping it could keep the process from
+    /// exiting.
     ///
     /// ```
     /// use std::time::Duration;
     /// use arrow_device::device::emulated::EmulatedConfig;
     ///
-    /// let config = EmulatedConfig::parse("strict=0, delay_ms=5, colour=blue");
+    /// let config = EmulatedConfig::parse("strict=0, delay_ms=5, colour=blue").unwrap();
     /// assert_eq!(config, EmulatedConfig { strict: false, delay: Duration::from_millis(5) });
-    /// assert_eq!(EmulatedConfig::parse("strict=maybe"), EmulatedConfig::default());
+    /// assert_eq!(EmulatedConfig::parse("strict=maybe").unwrap(), EmulatedConfig::default());
+    /// let err = EmulatedConfig::parse("delay_ms=60000").unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "ARROW_DEVICE_EMULATED: delay_ms=60000 is above the bound of 10000 ms (10 seconds)"
+    /// );
     /// ```
-    pub fn parse(spec: &str) -> Self {
+    pub fn parse(spec: &str) -> Result<Self> {
         let mut config = Self::default();
         for pair in spec.split(',') {
             let Some((key, value)) = pair.split_once('=') else {
                 continue;
             };
             let value = value.trim();
-            match key.trim().to_ascii_lowercase().as_str() {
+            let key = key.trim().to_ascii_lowercase();
+            match key.as_str() {
                 "strict" => match value.to_ascii_lowercase().as_str() {
                     "1" | "true" | "yes" | "on" => config.strict = true,
                     "0" | "false" | "no" | "off" => config.strict = false,
                     _ => {}
                 },
-                "delay_ms" => {
-                    if let Ok(ms) = value.parse() {
-                        config.delay = Duration::from_millis(ms);
+                "delay_ms" | "delay_us" => {
+                    let Ok(n) = value.parse::<u64>() else {
+                        continue;
+                    };
+                    let (delay, bound, unit) = if key == "delay_ms" {
+                        (Duration::from_millis(n), Self::MAX_DELAY.as_millis(), "ms")
+                    } else {
+                        (Duration::from_micros(n), Self::MAX_DELAY.as_micros(), "us")
+                    };
+                    if delay > Self::MAX_DELAY {
+                        return Err(Error::Invalid {
+                            path: Self::ENV_VAR.to_string(),
+                            message: format!(
+                                "{key}={n} is above the bound of {bound} {unit} ({} seconds)",
+                                Self::MAX_DELAY.as_secs()
+                            ),
+                        });
                     }
-                }
-                "delay_us" => {
-                    if let Ok(us) = value.parse() {
-                        config.delay = Duration::from_micros(us);
-                    }
+                    config.delay = delay;
                 }
                 _ => {}
             }
         }
-        config
+        Ok(config)
     }
 }
 
@@ -158,10 +205,22 @@ pub struct EmulatedDevice {
     strict: AtomicBool,
     /// The delay in nanoseconds (saturated at `u64::MAX`).
     delay_ns: AtomicU64,
+    /// The workers that run the queued work of this instance's streams.
+    pool: Arc<Pool>,
 }
 
 /// The highest id [`EmulatedDevice::global`] serves.
 pub const MAX_GLOBAL_ID: i64 = 1023;
+
+/// The most worker threads an [`EmulatedDevice`] instance runs its streams'
+/// work on, however many streams are alive (plus, for as long as it lasts,
+/// one per worker blocked in a host wait that a queued release made: a
+/// release that drops a stream or an array's owner).
+///
+/// A GPU has a few copy engines (2 to 7 on NVIDIA parts) serving all its
+/// streams; 4 workers let copies of different streams overlap in the same
+/// way. Workers start on demand and exit after half a second idle.
+pub const MAX_STREAM_WORKERS: usize = 4;
 
 /// The process-wide instances and the configuration new ones start with.
 struct Globals {
@@ -195,7 +254,7 @@ fn globals() -> std::sync::MutexGuard<'static, Globals> {
     GLOBALS
         .get_or_init(|| {
             Mutex::new(Globals {
-                config: EmulatedConfig::from_env(),
+                config: config_from_env(),
                 devices: BTreeMap::new(),
             })
         })
@@ -205,6 +264,20 @@ fn globals() -> std::sync::MutexGuard<'static, Globals> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
+/// The configuration the process-wide instances start with: that of
+/// `ARROW_DEVICE_EMULATED`, or the default when the variable is rejected.
+///
+/// The variable is read on first use of an emulated device, often deep in
+/// an import where no caller can be handed an error, so a rejection is
+/// printed to stderr, once: silence would hide the mistake. Tools that want
+/// to fail instead check [`EmulatedConfig::from_env`] first.
+fn config_from_env() -> EmulatedConfig {
+    EmulatedConfig::from_env().unwrap_or_else(|e| {
+        eprintln!("arrow-device: {e}; the emulated devices use the default configuration");
+        EmulatedConfig::default()
+    })
+}
+
 impl EmulatedDevice {
     /// A private instance with this id and configuration.
     pub fn new(id: i64, config: EmulatedConfig) -> Arc<EmulatedDevice> {
@@ -212,6 +285,7 @@ impl EmulatedDevice {
             id,
             strict: AtomicBool::new(true),
             delay_ns: AtomicU64::new(0),
+            pool: Arc::new(Pool::new(id)),
         };
         device.set_config(config);
         Arc::new(device)
@@ -226,7 +300,8 @@ impl EmulatedDevice {
 
     /// Sets the configuration of the process-wide instances: those created
     /// later and those that exist already. It starts as
-    /// [`EmulatedConfig::from_env`].
+    /// [`EmulatedConfig::from_env`] (the default if that is an error, which
+    /// is then printed to stderr).
     pub fn set_global_config(config: EmulatedConfig) {
         globals().set_config(config);
     }
@@ -335,7 +410,9 @@ impl Device for EmulatedDevice {
     }
 
     fn create_stream(&self) -> Result<Stream> {
-        Ok(Stream::new(Box::new(EmulatedStream::new(self.id)?)))
+        Ok(Stream::new(Box::new(EmulatedStream::new(
+            self.id, &self.pool,
+        ))))
     }
 
     fn create_event(&self) -> Result<Event> {
@@ -390,7 +467,9 @@ impl Device for EmulatedDevice {
             return Ok(());
         }
         let state = self.event_state(sync_event, "synchronize_sync_event")?;
-        state.wait(state.latest());
+        // On a worker (a queued release dropping an array's owner), the
+        // pool may start a stand-in meanwhile: see `pool::blocking`.
+        pool::blocking(|| state.wait(state.latest()));
         Ok(())
     }
 

@@ -1,26 +1,38 @@
-//! Emulated streams: one worker thread per stream runs queued operations
-//! (copies, event records, event waits) in FIFO order, the way a GPU stream
-//! does.
+//! Emulated streams: each stream is a FIFO queue of operations (copies,
+//! event records, event waits, releases, fences) that the device's worker
+//! pool ([`super::pool`]) runs in order, one after another, the way a GPU
+//! runs a stream. Different streams run concurrently on different workers;
+//! a stream holds no thread of its own.
 //!
-//! In delayed-completion mode a copy sleeps before it runs, and its
-//! destination is filled with [`POISON`] when the copy is queued, so a
-//! consumer that reads without waiting on the stream or an event sees poison
-//! instead of racing to the right answer. Poisoning at enqueue must not break
+//! A stream is scheduled on the pool while it has work, and one worker at a
+//! time owns it: the worker runs its operations from the front until the
+//! queue is empty or the front operation cannot run yet. A wait on an event
+//! that has not completed parks the stream (the event wakes it when it
+//! completes), and a delayed copy that is not yet due parks it on the pool's
+//! timers; in both cases the worker moves on to other streams instead of
+//! sleeping, so waits across streams cannot deadlock the pool, whatever the
+//! order in which the streams reached it.
+//!
+//! In delayed-completion mode a copy waits its delay once it reaches the
+//! front of its stream, and its destination is filled with [`POISON`] when
+//! the copy is queued, so a consumer that reads without waiting on the
+//! stream or an event sees poison instead of racing to the right answer. Poisoning at enqueue must not break
 //! correctly ordered programs, though: a destination that a queued,
 //! not-yet-run copy still has to *read* (a write-after-read that the stream
 //! order or an event makes legal) is left alone. Every queued copy therefore
 //! registers its source range until it has run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::event::EventState;
 use super::memory::{self, DeviceRange, Memory, POISON};
+use super::pool::{self, Job, Pool, Turn, Workers};
 use crate::abi::DeviceType;
 use crate::error::{Error, Result};
 
@@ -89,14 +101,26 @@ struct CopyOp {
     dst: Endpoint,
     len: usize,
     delay: Duration,
+    /// When the copy may run: set when it reaches the front of its stream.
+    due: Option<Instant>,
     _ticket: ReadTicket,
 }
 
 impl CopyOp {
-    fn run(&self) -> std::result::Result<(), String> {
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
+    /// When the copy may run, if that is still to come. The delay starts
+    /// when the copy reaches the front of its stream, so the copies of one
+    /// stream take their delays one after another, as before there was a
+    /// pool.
+    fn not_yet_due(&mut self) -> Option<Instant> {
+        if self.delay.is_zero() {
+            return None;
         }
+        let delay = self.delay;
+        let due = *self.due.get_or_insert_with(|| Instant::now() + delay);
+        (Instant::now() < due).then_some(due)
+    }
+
+    fn run(&self) -> std::result::Result<(), String> {
         // Held during the copy so that neither allocation can be unmapped
         // under it.
         let memory = memory::lock();
@@ -140,52 +164,170 @@ enum Op {
     Release(Box<dyn std::any::Any + Send>),
 }
 
-/// The handle inside a [`Stream`](crate::device::Stream). Dropping it drains
-/// the queue and joins the worker.
-#[derive(Debug)]
-pub(super) struct EmulatedStream {
+/// Operations a worker runs in one turn of a stream before it lets other
+/// streams have theirs.
+const OPS_PER_TURN: usize = 64;
+
+/// A stream's queue and whether it is in the pool's hands.
+#[derive(Default)]
+struct Queue {
+    ops: VecDeque<Op>,
+    /// Queued on the pool, run by a worker, or parked (on an event or a
+    /// timer): whoever holds it will get to new operations. When false, the
+    /// next submit schedules the stream.
+    scheduled: bool,
+}
+
+/// What the pool runs for a stream: its queue and the failures of its
+/// operations.
+struct StreamState {
     device_id: i64,
-    sender: Option<Sender<Op>>,
-    worker: Option<JoinHandle<()>>,
+    workers: Workers,
+    queue: Mutex<Queue>,
     /// Failures of queued operations, reported at the next synchronize.
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Mutex<Vec<String>>,
+}
+
+impl StreamState {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // Updates of the queue are single pushes, pops and flag stores: a
+        // panic elsewhere cannot leave it inconsistent.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fail(&self, message: String) {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(message)
+    }
+
+    /// Runs one operation that never waits, recording its failure or panic.
+    fn execute(&self, op: Op) {
+        // A panic must not take the worker down, nor lose the stream: the
+        // operations behind it, and whoever waits for them, go on.
+        let outcome = catch_unwind(AssertUnwindSafe(|| match op {
+            Op::Copy(copy) => copy.run(),
+            Op::Record { event, generation } => {
+                event.complete(generation);
+                Ok(())
+            }
+            // Waits are handled by `run`, which parks the stream.
+            Op::Wait { .. } => Ok(()),
+            Op::Fence(done) => {
+                // The synchronizing thread may have given up; nothing to do then.
+                let _ = done.send(());
+                Ok(())
+            }
+            Op::Release(keep) => {
+                drop(keep);
+                Ok(())
+            }
+        }));
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => self.fail(message),
+            Err(payload) => self.fail(match Error::from_panic(payload) {
+                Error::Panic(message) => format!("a queued operation panicked: {message}"),
+                other => other.to_string(),
+            }),
+        }
+    }
+}
+
+impl Job for StreamState {
+    fn run(self: Arc<Self>) -> Turn {
+        for _ in 0..OPS_PER_TURN {
+            let op = {
+                let mut queue = self.queue();
+                match queue.ops.front_mut() {
+                    None => {
+                        queue.scheduled = false;
+                        return Turn::Done;
+                    }
+                    Some(Op::Copy(copy)) => {
+                        if let Some(due) = copy.not_yet_due() {
+                            return Turn::Until(due);
+                        }
+                    }
+                    Some(_) => {}
+                }
+                queue.ops.pop_front()
+            };
+            match op {
+                Some(Op::Wait { event, generation }) => {
+                    let stream = Arc::clone(&self);
+                    let wake = Box::new(move || stream.workers.clone().wake(stream));
+                    if event.when_complete(generation, wake) {
+                        // The event wakes the stream; until then no worker
+                        // holds it.
+                        return Turn::Parked;
+                    }
+                }
+                Some(op) => self.execute(op),
+                None => {}
+            }
+        }
+        Turn::Again
+    }
+}
+
+/// The handle inside a [`Stream`](crate::device::Stream). Dropping it waits
+/// until the queued work has run.
+pub(super) struct EmulatedStream {
+    state: Arc<StreamState>,
+    /// Keeps the device's pool open while the stream lives.
+    _pool: Arc<Pool>,
+}
+
+impl fmt::Debug for EmulatedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmulatedStream")
+            .field("device_id", &self.state.device_id)
+            .field("queued", &self.state.queue().ops.len())
+            .finish()
+    }
 }
 
 impl EmulatedStream {
-    pub(super) fn new(device_id: i64) -> Result<Self> {
-        let (sender, receiver) = mpsc::channel();
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let worker_errors = Arc::clone(&errors);
-        // The name (at most 15 bytes survive) shows in /proc/self/task/*/comm.
-        let worker = std::thread::Builder::new()
-            .name(format!("arrow-emu-{device_id}"))
-            .spawn(move || run_worker(receiver, worker_errors))
-            .map_err(|e| {
-                error(
-                    device_id,
-                    format!("cannot start a stream worker thread: {e}"),
-                )
-            })?;
-        Ok(EmulatedStream {
-            device_id,
-            sender: Some(sender),
-            worker: Some(worker),
-            errors,
-        })
-    }
-
-    fn submit(&self, op: Op) -> Result<()> {
-        let sent = self.sender.as_ref().map(|sender| sender.send(op).is_ok());
-        if sent == Some(true) {
-            Ok(())
-        } else {
-            Err(error(
-                self.device_id,
-                "the stream's worker thread has stopped".to_string(),
-            ))
+    /// A stream run by the workers of `pool`, the pool of device `device_id`.
+    pub(super) fn new(device_id: i64, pool: &Arc<Pool>) -> Self {
+        EmulatedStream {
+            state: Arc::new(StreamState {
+                device_id,
+                workers: pool.workers().clone(),
+                queue: Mutex::new(Queue::default()),
+                errors: Mutex::new(Vec::new()),
+            }),
+            _pool: Arc::clone(pool),
         }
     }
 
+    /// Appends `op` to the queue, scheduling the stream if nobody holds it.
+    fn submit(&self, op: Op) -> Result<()> {
+        let refused = {
+            let mut queue = self.state.queue();
+            queue.ops.push_back(op);
+            if queue.scheduled {
+                return Ok(());
+            }
+            // Under the queue lock, so that a worker that takes the stream
+            // finds it marked and the op in place.
+            let job: Arc<dyn Job> = Arc::clone(&self.state) as Arc<dyn Job>;
+            match self.state.workers.schedule(job) {
+                Ok(()) => {
+                    queue.scheduled = true;
+                    return Ok(());
+                }
+                Err(e) => (queue.ops.pop_back(), e),
+            }
+        };
+        // Nothing will run the op: it goes now (outside the lock, since a
+        // release may drop anything), and the caller learns why.
+        let (op, error) = refused;
+        drop(op);
+        Err(error)
+    }
     /// Queues a copy of `len > 0` bytes whose ends the caller validated under
     /// `memory`; with a `delay`, poisons the destination now (see the module
     /// documentation for when it does not).
@@ -226,6 +368,7 @@ impl EmulatedStream {
             dst,
             len,
             delay,
+            due: None,
             _ticket: ticket,
         }))
     }
@@ -256,20 +399,14 @@ impl EmulatedStream {
     /// Blocks until everything queued so far has run; reports the failures of
     /// queued operations since the last synchronize.
     pub(super) fn synchronize(&self) -> Result<()> {
-        let (done, finished) = mpsc::sync_channel(1);
-        self.submit(Op::Fence(done))?;
-        finished.recv().map_err(|_| {
-            error(
-                self.device_id,
-                "the stream's worker thread stopped before the queue drained".into(),
-            )
-        })?;
-        let errors = std::mem::take(&mut *self.errors.lock().unwrap_or_else(|e| e.into_inner()));
+        self.drain()?;
+        let errors =
+            std::mem::take(&mut *self.state.errors.lock().unwrap_or_else(|e| e.into_inner()));
         if errors.is_empty() {
             Ok(())
         } else {
             Err(error(
-                self.device_id,
+                self.state.device_id,
                 format!(
                     "{} queued operation(s) failed: {}",
                     errors.len(),
@@ -278,61 +415,33 @@ impl EmulatedStream {
             ))
         }
     }
+
+    /// Blocks until everything queued so far has run.
+    fn drain(&self) -> Result<()> {
+        let (done, finished) = mpsc::sync_channel(1);
+        self.submit(Op::Fence(done))?;
+        // On a worker (a release dropping a stream), the pool may start a
+        // stand-in meanwhile: see `pool::blocking`.
+        pool::blocking(|| finished.recv()).map_err(|_| {
+            error(
+                self.state.device_id,
+                "the stream stopped before its queue drained (a queued operation \
+                 panicked outside its guard)"
+                    .into(),
+            )
+        })
+    }
 }
 
 impl Drop for EmulatedStream {
     fn drop(&mut self) {
-        // Closing the channel lets the worker finish what is queued and exit.
-        drop(self.sender.take());
-        if let Some(worker) = self.worker.take() {
-            // The worker catches panics per operation, so join cannot fail in
-            // practice; a destructor has nobody to report to anyway.
-            let _ = worker.join();
-        }
+        // The host memory of queued copies is only promised until they have
+        // run, so the stream's work must be done before its owner moves on.
+        // A failure cannot be reported from a destructor.
+        let _ = self.drain();
     }
 }
 
 fn error(device_id: i64, message: String) -> Error {
     Error::device(DeviceType::EXT_DEV, device_id, message)
-}
-
-fn run_worker(receiver: Receiver<Op>, errors: Arc<Mutex<Vec<String>>>) {
-    let fail = |message: String| {
-        errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(message)
-    };
-    while let Ok(op) = receiver.recv() {
-        // A panic must not kill the worker: a dead worker leaves event
-        // waiters hanging forever.
-        let outcome = catch_unwind(AssertUnwindSafe(|| match op {
-            Op::Copy(copy) => copy.run(),
-            Op::Record { event, generation } => {
-                event.complete(generation);
-                Ok(())
-            }
-            Op::Wait { event, generation } => {
-                event.wait(generation);
-                Ok(())
-            }
-            Op::Fence(done) => {
-                // The synchronizing thread may have given up; nothing to do then.
-                let _ = done.send(());
-                Ok(())
-            }
-            Op::Release(keep) => {
-                drop(keep);
-                Ok(())
-            }
-        }));
-        match outcome {
-            Ok(Ok(())) => {}
-            Ok(Err(message)) => fail(message),
-            Err(payload) => fail(match Error::from_panic(payload) {
-                Error::Panic(message) => format!("a queued operation panicked: {message}"),
-                other => other.to_string(),
-            }),
-        }
-    }
 }

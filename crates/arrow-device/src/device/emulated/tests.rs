@@ -2,6 +2,7 @@
 //! result is deterministic (a delayed copy has not run yet); no test asserts
 //! on how long anything took.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,16 +62,19 @@ fn config_parse_reads_known_keys_and_ignores_garbage() {
             delay: Duration::ZERO
         }
     );
-    assert_eq!(EmulatedConfig::parse(""), EmulatedConfig::default());
     assert_eq!(
-        EmulatedConfig::parse("strict=0,delay_ms=5"),
+        EmulatedConfig::parse("").unwrap(),
+        EmulatedConfig::default()
+    );
+    assert_eq!(
+        EmulatedConfig::parse("strict=0,delay_ms=5").unwrap(),
         EmulatedConfig {
             strict: false,
             delay: Duration::from_millis(5)
         }
     );
     assert_eq!(
-        EmulatedConfig::parse(" STRICT = off , delay_us = 250 "),
+        EmulatedConfig::parse(" STRICT = off , delay_us = 250 ").unwrap(),
         EmulatedConfig {
             strict: false,
             delay: Duration::from_micros(250)
@@ -78,7 +82,37 @@ fn config_parse_reads_known_keys_and_ignores_garbage() {
     );
     let garbage =
         "garbage,,=,strict=2,delay_ms=-1,delay_ms=99999999999999999999999,=5,\u{1F600}=\u{1F600}";
-    assert_eq!(EmulatedConfig::parse(garbage), EmulatedConfig::default());
+    assert_eq!(
+        EmulatedConfig::parse(garbage).unwrap(),
+        EmulatedConfig::default()
+    );
+}
+
+#[test]
+fn config_parse_accepts_delays_up_to_the_bound_and_rejects_longer_ones() {
+    assert_eq!(EmulatedConfig::MAX_DELAY, Duration::from_secs(10));
+    assert_eq!(
+        EmulatedConfig::parse("delay_ms=10000").unwrap().delay,
+        EmulatedConfig::MAX_DELAY
+    );
+    assert_eq!(
+        EmulatedConfig::parse("delay_us=10000000").unwrap().delay,
+        EmulatedConfig::MAX_DELAY
+    );
+    let err = EmulatedConfig::parse("strict=1,delay_ms=10001").unwrap_err();
+    assert!(matches!(err, Error::Invalid { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "ARROW_DEVICE_EMULATED: delay_ms=10001 is above the bound of 10000 ms (10 seconds)"
+    );
+    let err = EmulatedConfig::parse(" Delay_US = 18446744073709551615 ").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "ARROW_DEVICE_EMULATED: delay_us=18446744073709551615 is above the bound of \
+         10000000 us (10 seconds)"
+    );
+    // A later valid delay does not excuse an earlier one over the bound.
+    assert!(EmulatedConfig::parse("delay_ms=99999,delay_ms=1").is_err());
 }
 
 #[test]
@@ -655,16 +689,261 @@ fn many_allocations_streams_and_events_release_their_memory_and_threads() {
         device.synchronize_stream(&stream).unwrap();
         held.push((buf, stream, event));
     }
-    // Two views per allocation, descriptors closed once mapped, one worker
-    // per stream.
-    assert_eq!(resources(ID), (1000, 0, 500));
+    // Two views per allocation, descriptors closed once mapped, and the
+    // streams share the device's few workers.
+    let (views, fds, threads) = resources(ID);
+    assert_eq!((views, fds), (1000, 0));
+    assert!(
+        threads <= MAX_STREAM_WORKERS,
+        "{threads} workers for 500 streams"
+    );
     assert_eq!(download(&device, held[499].0.as_ptr(), 1), [499usize as u8]);
     drop(held);
-    // A joined thread can linger in /proc for a moment while the kernel reaps
-    // it; wait for that rather than for anything of ours.
+    drop(device);
+    // Workers of a device that is gone exit when idle; a joined thread can
+    // linger in /proc for a moment while the kernel reaps it.
     let deadline = Instant::now() + Duration::from_secs(10);
     while resources(ID).2 != 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(resources(ID), (0, 0, 0));
+}
+
+/// Waits for `wait` on another thread, for at most `limit`: a deadlock fails
+/// the test instead of hanging the suite. `wait` must own every stream (and
+/// host buffer) of the test that could be stuck: on a timeout they are
+/// leaked with its thread, rather than drained while the test unwinds,
+/// which would hang again.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    wait: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(wait());
+    });
+    finished
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what}: not done after {limit:?} (deadlock?)"))
+}
+
+#[test]
+fn thousands_of_live_streams_share_a_bounded_pool_of_workers() {
+    const ID: i64 = 976;
+    let device = device(ID, true, 0);
+    let buf = device.allocate(4 * 3000).unwrap();
+    let data: Vec<u8> = pattern(4 * 3000, 5);
+    let streams: Vec<Stream> = (0..3000).map(|_| device.create_stream().unwrap()).collect();
+    for (i, stream) in streams.iter().enumerate() {
+        // SAFETY: `data` outlives the synchronizes below; the range lies
+        // inside `buf`.
+        unsafe {
+            device
+                .copy_from_host(data.as_ptr().add(4 * i), buf.as_ptr().add(4 * i), 4, stream)
+                .unwrap()
+        };
+    }
+    for stream in &streams {
+        device.synchronize_stream(stream).unwrap();
+    }
+    let threads = resources(ID).2;
+    assert!(
+        threads <= MAX_STREAM_WORKERS,
+        "{threads} workers for {} live streams",
+        streams.len()
+    );
+    assert_eq!(download(&device, buf.as_ptr(), data.len()), data);
+    assert!(pool::live_workers(device.pool.workers()) <= MAX_STREAM_WORKERS);
+}
+
+#[test]
+fn operations_of_one_stream_run_in_order_across_turns() {
+    // More operations than one turn of a worker: the order must survive the
+    // stream being handed back to the pool between turns.
+    let device = device(0, true, 0);
+    let buf = device.allocate(8).unwrap();
+    let stream = device.create_stream().unwrap();
+    let values: Vec<[u8; 8]> = (0..1000u64).map(|i| i.to_le_bytes()).collect();
+    let mut seen = vec![[0u8; 8]; values.len()];
+    for (value, out) in values.iter().zip(seen.iter_mut()) {
+        // SAFETY: `values` and `seen` outlive the synchronize below.
+        unsafe {
+            device
+                .copy_from_host(value.as_ptr(), buf.as_ptr(), 8, &stream)
+                .unwrap();
+            device
+                .copy_to_host(buf.as_ptr(), out.as_mut_ptr(), 8, &stream)
+                .unwrap();
+        }
+    }
+    device.synchronize_stream(&stream).unwrap();
+    assert_eq!(seen, values);
+}
+
+#[test]
+fn streams_waiting_on_events_recorded_behind_them_do_not_deadlock_the_pool() {
+    // Many more waiting streams than workers, each waiting (through a chain
+    // of events) for a record that sits behind a delayed copy on another
+    // stream. A pool whose workers blocked in waits would fill up with
+    // waiters and never reach the records.
+    const PAIRS: usize = 8 * MAX_STREAM_WORKERS;
+    let device = device(0, true, 0);
+    let data = pattern(64, 3);
+    let buf = device.allocate(64).unwrap();
+    let gate_stream = device.create_stream().unwrap();
+    let gate = device.create_event().unwrap();
+    device.set_config(EmulatedConfig {
+        strict: true,
+        delay: Duration::from_millis(200),
+    });
+    // SAFETY: `data` outlives the synchronizes below; events are live.
+    unsafe {
+        device
+            .copy_from_host(data.as_ptr(), buf.as_ptr(), 64, &gate_stream)
+            .unwrap()
+    };
+    device.set_config(EmulatedConfig {
+        strict: true,
+        delay: Duration::ZERO,
+    });
+    device.record_event(&gate, &gate_stream).unwrap();
+    let mut outs = vec![vec![0u8; 64]; PAIRS];
+    let mut kept = Vec::new();
+    for out in outs.iter_mut() {
+        let (recorder, waiter) = (
+            device.create_stream().unwrap(),
+            device.create_stream().unwrap(),
+        );
+        let event = device.create_event().unwrap();
+        // SAFETY: live events; `out` outlives the synchronizes below.
+        unsafe {
+            device
+                .stream_wait_sync_event(&recorder, gate.sync_event())
+                .unwrap();
+            device.record_event(&event, &recorder).unwrap();
+            device
+                .stream_wait_sync_event(&waiter, event.sync_event())
+                .unwrap();
+            device
+                .copy_to_host(buf.as_ptr(), out.as_mut_ptr(), 64, &waiter)
+                .unwrap();
+        }
+        kept.push((recorder, waiter, event));
+    }
+    let device_ = Arc::clone(&device);
+    let outs = within(Duration::from_secs(60), "waiting streams", move || {
+        for (_, waiter, _) in &kept {
+            device_.synchronize_stream(waiter).unwrap();
+        }
+        device_.synchronize_stream(&gate_stream).unwrap();
+        drop((kept, gate_stream, data));
+        outs
+    });
+    for out in &outs {
+        assert_eq!(out, &pattern(64, 3));
+    }
+}
+
+/// Keeps a host wait for `device`'s event `sync_event` until dropped.
+struct WaitOnDrop {
+    device: Arc<EmulatedDevice>,
+    sync_event: usize,
+    waited: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for WaitOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: the test keeps the event alive until every release has run
+        // (a stale pointer would be an error, not undefined behaviour: it is
+        // looked up, never dereferenced).
+        unsafe {
+            self.device
+                .synchronize_sync_event(self.sync_event as *mut c_void)
+                .unwrap()
+        };
+        self.waited.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn releases_that_wait_on_the_host_do_not_starve_the_work_they_wait_for() {
+    // Every worker is taken by a release whose drop waits on the host for
+    // an event; the record of that event is queued (behind a delayed copy)
+    // on another stream. The pool starts stand-ins for blocked workers.
+    const ID: i64 = 975;
+    const RELEASES: usize = 3 * MAX_STREAM_WORKERS;
+    let device = device(ID, true, 0);
+    let data = pattern(64, 9);
+    let buf = device.allocate(64).unwrap();
+    let recorder = device.create_stream().unwrap();
+    let event = device.create_event().unwrap();
+    device.set_config(EmulatedConfig {
+        strict: true,
+        delay: Duration::from_millis(300),
+    });
+    // SAFETY: `data` outlives the synchronize below.
+    unsafe {
+        device
+            .copy_from_host(data.as_ptr(), buf.as_ptr(), 64, &recorder)
+            .unwrap()
+    };
+    device.record_event(&event, &recorder).unwrap();
+    let waited = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let streams: Vec<Stream> = (0..RELEASES)
+        .map(|_| {
+            let stream = device.create_stream().unwrap();
+            let keep = WaitOnDrop {
+                device: Arc::clone(&device),
+                sync_event: event.sync_event() as usize,
+                waited: Arc::clone(&waited),
+            };
+            assert!(device
+                .release_after(&stream, Box::new(keep))
+                .unwrap()
+                .is_none());
+            stream
+        })
+        .collect();
+    let device_ = Arc::clone(&device);
+    within(Duration::from_secs(60), "blocked releases", move || {
+        for stream in &streams {
+            device_.synchronize_stream(stream).unwrap();
+        }
+        device_.synchronize_stream(&recorder).unwrap();
+        drop((streams, recorder, event, data));
+    });
+    assert_eq!(waited.load(Ordering::SeqCst), RELEASES);
+    assert_eq!(download(&device, buf.as_ptr(), 64), pattern(64, 9));
+    // The stand-ins leave once they are beyond the bound and free.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while resources(ID).2 > MAX_STREAM_WORKERS && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(resources(ID).2 <= MAX_STREAM_WORKERS, "{:?}", resources(ID));
+}
+
+#[test]
+fn dropping_a_stream_inside_a_release_waits_for_its_work() {
+    // A release may drop an array's owner, and with it a stream: the drop
+    // runs on a worker and must let the dropped stream's work finish.
+    let device = device(0, true, 20);
+    let data = pattern(256, 6);
+    let buf = device.allocate(256).unwrap();
+    let inner = device.create_stream().unwrap();
+    let mut out = vec![0u8; 256];
+    // SAFETY: `data` and `out` outlive the synchronize below, which comes
+    // after the inner stream is dropped (and so drained).
+    unsafe {
+        device
+            .copy_from_host(data.as_ptr(), buf.as_ptr(), 256, &inner)
+            .unwrap();
+        device
+            .copy_to_host(buf.as_ptr(), out.as_mut_ptr(), 256, &inner)
+            .unwrap();
+    }
+    let outer = device.create_stream().unwrap();
+    device.release_after(&outer, Box::new(inner)).unwrap();
+    device.synchronize_stream(&outer).unwrap();
+    assert_eq!(out, data);
 }
