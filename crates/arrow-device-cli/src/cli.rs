@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use arrow_device::abi::DeviceType;
+use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice, MAX_GLOBAL_ID};
 use arrow_device::device::{self, DeviceRef};
 use arrow_device::ValidationLevel;
 use clap::{Parser, ValueEnum};
@@ -22,6 +23,7 @@ Examples:
   arrow-device data.parquet --validate full
   arrow-device --stream --device emulated:0   the input as one ArrowDeviceArrayStream
   arrow-device big.arrow --stream --batch-rows 16384
+  cat data.arrows | arrow-device -            an IPC stream from standard input
 
 Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage error.";
 
@@ -36,7 +38,10 @@ Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage erro
 #[command(name = "arrow-device", version, after_help = AFTER_HELP)]
 pub struct Args {
     /// Arrow IPC file or stream, or Parquet file (detected from the first
-    /// bytes). Without it, an embedded dataset of mixed types is generated.
+    /// bytes); `-` reads standard input. A pipe or FIFO (a piped standard
+    /// input too) can carry an IPC stream only: the other two formats are
+    /// read by seeking, which needs a regular file. Without it, an embedded
+    /// dataset of mixed types is generated.
     pub file: Option<PathBuf>,
 
     /// Device to export onto: cpu, emulated[:N] or cuda[:N] (N defaults to
@@ -177,12 +182,20 @@ impl DeviceSpec {
     pub fn open(self) -> Result<DeviceRef> {
         match self {
             DeviceSpec::Cpu => Ok(device::cpu()),
-            DeviceSpec::Emulated(id) => match device::emulated::EmulatedDevice::global(id) {
-                Some(device) => Ok(device as DeviceRef),
-                None => Err(CliError::Usage(format!(
-                    "device emulated:{id} is not available in this build of arrow-device"
-                ))),
-            },
+            DeviceSpec::Emulated(id) => {
+                // The library falls back to the default configuration (and
+                // says so on stderr) when ARROW_DEVICE_EMULATED is rejected;
+                // a command can refuse to run instead.
+                EmulatedConfig::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
+                match EmulatedDevice::global(id) {
+                    Some(device) => Ok(device as DeviceRef),
+                    // The library serves a fixed range of ids; say which, so
+                    // that nobody goes looking for a build feature.
+                    None => Err(CliError::Usage(format!(
+                        "device emulated:{id}: emulated device ids are 0 to {MAX_GLOBAL_ID}"
+                    ))),
+                }
+            }
             DeviceSpec::Cuda(id) => open_cuda(id),
         }
     }
@@ -252,6 +265,18 @@ mod tests {
         for s in ["cpu", "emulated:2", "cuda:0"] {
             assert_eq!(s.parse::<DeviceSpec>().unwrap().to_string(), s);
         }
+    }
+
+    #[test]
+    fn an_emulated_id_out_of_range_is_a_usage_error_naming_the_valid_ids() {
+        let err = DeviceSpec::Emulated(99_999).open().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(
+            err.to_string(),
+            "device emulated:99999: emulated device ids are 0 to 1023"
+        );
+        let device = DeviceSpec::Emulated(1023).open().unwrap();
+        assert_eq!(device.device_id(), 1023);
     }
 
     #[test]

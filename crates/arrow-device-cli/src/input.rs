@@ -7,9 +7,14 @@
 //! Batches have at most `--batch-rows` rows: the dataset and the Parquet
 //! reader produce them at that size, and larger IPC batches are cut by
 //! [`rechunk`] into compact copies of their slices ([`compact`]).
+//!
+//! An input is opened once (`-` is standard input) and every reader reads
+//! through that handle. An IPC stream is read front to back, so it can come
+//! from a pipe or FIFO; an IPC file or Parquet file is read by seeking to its
+//! footer, so on a pipe it is refused with a one-line error that says so.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
@@ -70,9 +75,10 @@ pub fn detect(head: &[u8]) -> Option<Format> {
     }
 }
 
-/// Opens `file`, or the embedded dataset of `rows` rows (default
-/// [`DEFAULT_ROWS`]) from `seed` when there is no file, in batches of at most
-/// `batch_rows` rows (at least 1). With a file, `rows` caps the rows read.
+/// Opens `file` ([`STDIN_ARG`] for standard input), or the embedded dataset
+/// of `rows` rows (default [`DEFAULT_ROWS`]) from `seed` when there is no
+/// file, in batches of at most `batch_rows` rows (at least 1). With a file,
+/// `rows` caps the rows read.
 pub fn open(file: Option<&Path>, rows: Option<u64>, seed: u64, batch_rows: usize) -> Result<Input> {
     let batch_rows = batch_rows.max(1);
     let Some(path) = file else {
@@ -95,24 +101,29 @@ pub fn open(file: Option<&Path>, rows: Option<u64>, seed: u64, batch_rows: usize
     if let Some(limit) = rows {
         input.total_rows = Some(input.total_rows.map_or(limit, |total| total.min(limit)));
         input.description.push_str(&format!(", first {limit} rows"));
-        input.batches = Box::new(limit_rows(input.batches, limit, path.to_path_buf()));
+        input.batches = Box::new(limit_rows(input.batches, limit, input_name(path)));
     }
     Ok(input)
 }
 
 fn open_file(path: &Path, batch_rows: usize) -> Result<Input> {
-    let mut file =
-        File::open(path).map_err(|e| CliError::input(path, format!("cannot open: {e}")))?;
+    // The input is opened once and read through that one handle: a FIFO or
+    // pipe cannot be opened again (a second open of a FIFO waits for a new
+    // writer; a second open of /dev/stdin starts where the first read
+    // stopped).
+    let mut source = Source::open(path)?;
+    let path = source.name.as_path();
     let mut head = [0u8; 8];
-    let n = read_up_to(&mut file, &mut head)
+    let n = read_up_to(&mut source.file, &mut head)
         .map_err(|e| CliError::input(path, format!("cannot read: {e}")))?;
     let head = &head[..n];
+    let what = if source.seekable { "file" } else { "input" };
     let format = detect(head).ok_or_else(|| {
         CliError::input(
             path,
             format!(
                 "not an Arrow IPC file (magic \"ARROW1\"), Arrow IPC stream (0xFFFFFFFF) or \
-                 Parquet file (magic \"PAR1\"); the file {}",
+                 Parquet file (magic \"PAR1\"); the {what} {}",
                 if head.is_empty() {
                     "is empty".to_string()
                 } else {
@@ -121,14 +132,36 @@ fn open_file(path: &Path, batch_rows: usize) -> Result<Input> {
             ),
         )
     })?;
-    // Reopen rather than seek so each reader starts from a fresh handle.
-    let file = File::open(path).map_err(|e| CliError::input(path, format!("cannot open: {e}")))?;
+    match format {
+        // Read on from here, with the sniffed bytes put back (below).
+        Format::IpcStream => {}
+        // Their readers seek (to the footer and back): the handle is rewound.
+        Format::IpcFile | Format::Parquet if source.seekable => {
+            source.file.seek(SeekFrom::Start(0)).map_err(|e| {
+                CliError::input(path, format!("cannot seek back to the start: {e}"))
+            })?;
+        }
+        Format::IpcFile => {
+            return Err(not_seekable(
+                path,
+                "an Arrow IPC file",
+                "its reader seeks to the footer at the end",
+            ));
+        }
+        Format::Parquet => {
+            return Err(not_seekable(
+                path,
+                "a Parquet file",
+                "its reader seeks to the metadata in the footer at the end",
+            ));
+        }
+    }
     let name = path.display();
     let owned: PathBuf = path.to_path_buf();
     let decode = move |e: &dyn std::fmt::Display| CliError::input(&owned, format!("decoding: {e}"));
     match format {
         Format::IpcFile => {
-            let reader = FileReader::try_new_buffered(file, None).map_err(|e| decode(&e))?;
+            let reader = FileReader::try_new_buffered(source.file, None).map_err(|e| decode(&e))?;
             let batches = reader.num_batches();
             Ok(Input {
                 description: format!("Arrow IPC file {name} ({batches} batches)"),
@@ -142,7 +175,11 @@ fn open_file(path: &Path, batch_rows: usize) -> Result<Input> {
             })
         }
         Format::IpcStream => {
-            let reader = StreamReader::try_new_buffered(file, None).map_err(|e| decode(&e))?;
+            // A stream is read front to back, so it needs no seek: the
+            // sniffed bytes are put back in front of the rest of the handle,
+            // which works the same on a regular file and on a pipe.
+            let rest = Cursor::new(head.to_vec()).chain(source.file);
+            let reader = StreamReader::try_new_buffered(rest, None).map_err(|e| decode(&e))?;
             Ok(Input {
                 description: format!("Arrow IPC stream {name}"),
                 schema: reader.schema(),
@@ -155,7 +192,8 @@ fn open_file(path: &Path, batch_rows: usize) -> Result<Input> {
             })
         }
         Format::Parquet => {
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| decode(&e))?;
+            let builder =
+                ParquetRecordBatchReaderBuilder::try_new(source.file).map_err(|e| decode(&e))?;
             let metadata = builder.metadata().clone();
             let mut codecs: Vec<String> = metadata
                 .row_groups()
@@ -195,6 +233,81 @@ fn open_file(path: &Path, batch_rows: usize) -> Result<Input> {
             })
         }
     }
+}
+
+/// The `FILE` argument that names standard input, as in other command-line
+/// tools.
+pub const STDIN_ARG: &str = "-";
+
+/// How an input is named in messages and the report: its path, or
+/// `standard input` for [`STDIN_ARG`].
+fn input_name(path: &Path) -> PathBuf {
+    if path.as_os_str() == STDIN_ARG {
+        PathBuf::from("standard input")
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// An input opened once: the handle every reader of it uses.
+struct Source {
+    file: File,
+    /// The path, or `standard input` (see [`input_name`]).
+    name: PathBuf,
+    /// A regular file, which readers may seek in. Pipes, FIFOs, terminals and
+    /// sockets cannot seek, and a character device's offset means nothing.
+    seekable: bool,
+}
+
+impl Source {
+    fn open(path: &Path) -> Result<Source> {
+        let name = input_name(path);
+        let file = if path.as_os_str() == STDIN_ARG {
+            stdin_file()
+        } else {
+            File::open(path)
+        }
+        .map_err(|e| CliError::input(&name, format!("cannot open: {e}")))?;
+        let seekable = file
+            .metadata()
+            .map_err(|e| CliError::input(&name, format!("cannot stat: {e}")))?
+            .is_file();
+        Ok(Source {
+            file,
+            name,
+            seekable,
+        })
+    }
+}
+
+/// Standard input as a `File` of its own (a duplicate descriptor), so that
+/// it is read, and checked for seekability, like a named input: `- < x.arrow`
+/// reads an IPC file or Parquet file as well as its path would.
+#[cfg(unix)]
+fn stdin_file() -> std::io::Result<File> {
+    use std::os::fd::AsFd;
+    Ok(File::from(std::io::stdin().as_fd().try_clone_to_owned()?))
+}
+
+#[cfg(windows)]
+fn stdin_file() -> std::io::Result<File> {
+    use std::os::windows::io::AsHandle;
+    Ok(File::from(
+        std::io::stdin().as_handle().try_clone_to_owned()?,
+    ))
+}
+
+/// The one-line error for `what` (a format that needs seeking, `why`) on a
+/// pipe, FIFO or terminal, saying what to do instead.
+fn not_seekable(path: &Path, what: &str, why: &str) -> CliError {
+    CliError::input(
+        path,
+        format!(
+            "{what} cannot be read from a pipe, FIFO or terminal: {why}, which needs a \
+             seekable file; save it to a file and pass its path, or pipe an Arrow IPC stream \
+             instead"
+        ),
+    )
 }
 
 /// Adds the build feature to enable when a Parquet codec was left out.

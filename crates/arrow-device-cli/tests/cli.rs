@@ -196,6 +196,33 @@ fn a_bad_device_is_a_usage_error() {
 }
 
 #[test]
+fn an_emulated_id_out_of_range_is_a_usage_error_naming_the_valid_ids() {
+    let output = arrow_device(&["--device", "emulated:99999", "--rows", "10"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "arrow-device: error: device emulated:99999: emulated device ids are 0 to 1023\n"
+    );
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn an_emulated_delay_over_the_bound_is_a_usage_error_naming_the_variable() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_arrow-device"))
+        .args(["--device", "emulated:0", "--rows", "10", "--no-progress"])
+        .env("ARROW_DEVICE_EMULATED", "delay_us=10000001")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "arrow-device: error: ARROW_DEVICE_EMULATED: delay_us=10000001 is above the bound \
+         of 10000000 us (10 seconds)\n"
+    );
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
 fn cuda_without_a_usable_gpu_is_a_usage_error_with_the_drivers_reason() {
     let output = arrow_device(&["--device", "cuda:0", "--rows", "10", "--no-progress"]);
     if stdout(&output).contains("verified: equal") {
