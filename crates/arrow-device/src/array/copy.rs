@@ -10,7 +10,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use arrow_buffer::{Buffer, MutableBuffer};
+use arrow_buffer::Buffer;
 use arrow_schema::DataType;
 use smallvec::{smallvec, SmallVec};
 
@@ -263,7 +263,9 @@ pub(crate) fn device_to_host(
     narrow_string_data(&mut node, src, &stream)?;
     let node = &node;
     let (offsets, total) = plan(node)?;
-    let mut host = MutableBuffer::from_len_zeroed(total);
+    // Faulted in beforehand (and in parallel) when large: a copy into fresh
+    // pageable memory takes its page faults serially, inside the driver.
+    let mut host = super::host_memory::HostAllocation::zeroed(total)?;
     let base = host.as_mut_ptr();
     let mut copied = relocate(node, &offsets, base);
     let result = for_each_pair(node, &copied, |from, to| {

@@ -24,6 +24,7 @@
 pub(crate) mod copy;
 mod device_array;
 pub(crate) mod export;
+mod host_memory;
 mod import;
 pub(crate) mod layout;
 pub(crate) mod node;
