@@ -257,6 +257,14 @@ check_pytest() {
     return 0
 }
 
+# compute-sanitizer's verdict: its error summary line(s).
+check_sanitizer() {
+    local summaries
+    summaries=$(grep -c 'ERROR SUMMARY: 0 errors' "$1")
+    echo -n "$summaries clean error summaries; $(grep -c '^test result: ok' "$1") test binaries passed"
+    ! grep -Eq 'ERROR SUMMARY: [1-9]' "$1"
+}
+
 # The benchmark must measure something where a GPU is present.
 check_bench() {
     local tables
@@ -393,6 +401,19 @@ run_suite() {
         "$python" -m pytest -q -rs -p no:cacheprovider crates/arrow-device-python/tests/test_cuda_gpu.py
     step "CLI on the GPU" 90 "" "$kit/bin/arrow-device" --device cuda --no-progress
     step "CLI on the GPU, one device stream" 90 "" "$kit/bin/arrow-device" --device cuda --stream --no-progress
+    # The CUDA tests again under compute-sanitizer (memcheck: out-of-bounds
+    # and misaligned device accesses, leaked device allocations; synccheck:
+    # barrier misuse in our kernels), where the image has it.
+    if command -v compute-sanitizer >/dev/null; then
+        local tool
+        for tool in memcheck synccheck; do
+            step "compute-sanitizer $tool (Rust GPU tests)" 120 check_sanitizer \
+                env -C crates/arrow-device compute-sanitizer --tool "$tool" --error-exitcode 9 \
+                $([ "$tool" = memcheck ] && echo --leak-check full) \
+                sh -c '"$1" --test-threads=1 && "$2" --test-threads=1' sh \
+                "../../$kit/bin/cuda_gpu" "../../$kit/bin/cuda_interop_gpu"
+        done
+    fi
     step "benchmark (gpu_bench)" 240 check_bench "$kit/bin/gpu_bench"
     cp "$steps_dir/${#summary[@]}.out" "$steps_dir/bench.out"
     write_report
