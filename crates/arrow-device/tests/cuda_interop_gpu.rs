@@ -213,15 +213,21 @@ fn the_exported_stream_is_the_interface_stream_while_pending_and_none_once_ready
     assert_eq!(cuda::export_cai(&array).unwrap().interface.stream, None);
 }
 
-/// Keeps a stream of GPU 0's primary context busy for tens of
-/// milliseconds, then fills `target` (`n` int32) with 7 on it.
-fn busy_then_fill(target: usize, n: usize) -> sys::CUstream {
+/// A stream of GPU 0's primary context kept busy for tens of milliseconds
+/// (memsets over `scratch`), then filling `target` (`n` int32) with 7.
+struct BusyProducer {
+    stream: sys::CUstream,
+    /// Written by the queued memsets: dropped only once they have run.
+    scratch: Option<arrow_device::device::DeviceBuffer>,
+}
+
+fn busy_then_fill(target: usize, n: usize) -> BusyProducer {
     const SCRATCH: usize = 1 << 30;
     let scratch = cuda_device(DeviceType::CUDA).allocate(SCRATCH).unwrap();
     let mut stream: sys::CUstream = std::ptr::null_mut();
     // SAFETY: plain driver calls on GPU 0's primary context (made current),
-    // on memory allocated above; the scratch allocation is freed when
-    // dropped, which the driver orders after the queued work.
+    // on memory allocated above, which `BusyProducer` keeps until the
+    // stream has finished.
     unsafe {
         let device = cudarc::driver::result::device::get(0).unwrap();
         let context = cudarc::driver::result::primary_ctx::retain(device).unwrap();
@@ -236,12 +242,27 @@ fn busy_then_fill(target: usize, n: usize) -> sys::CUstream {
             .result()
             .unwrap();
     }
-    // The scratch memory must outlive the memsets: leak it into the stream's
-    // lifetime by keeping it until the test's end through a static.
-    static KEEP: std::sync::Mutex<Vec<arrow_device::device::DeviceBuffer>> =
-        std::sync::Mutex::new(Vec::new());
-    KEEP.lock().unwrap().push(scratch);
-    stream
+    BusyProducer {
+        stream,
+        scratch: Some(scratch),
+    }
+}
+
+impl Drop for BusyProducer {
+    /// Waits for the stream's work, then frees the scratch memory and the
+    /// stream: nothing leaks (compute-sanitizer's leak check runs this).
+    fn drop(&mut self) {
+        // SAFETY: the stream this producer created, destroyed once here.
+        unsafe {
+            let synced = sys::cuStreamSynchronize(self.stream).result();
+            drop(self.scratch.take());
+            let destroyed = sys::cuStreamDestroy_v2(self.stream).result();
+            if !std::thread::panicking() {
+                synced.unwrap();
+                destroyed.unwrap();
+            }
+        }
+    }
 }
 
 #[test]
@@ -253,15 +274,18 @@ fn an_import_waits_for_work_still_queued_on_the_producers_stream() {
     let zeros = on_gpu(&Int32Array::from(vec![0; n]), DeviceType::CUDA);
     zeros.synchronize().unwrap();
     let ptr = values_ptr(&zeros);
-    let stream = busy_then_fill(ptr, n);
-    let plan = plan((ptr, n, "<i4"), None, Some(stream as usize as u64));
-    // SAFETY: `zeros` holds `n` int32 at `ptr`; `stream` is live.
+    let producer = busy_then_fill(ptr, n);
+    let plan = plan((ptr, n, "<i4"), None, Some(producer.stream as usize as u64));
+    // SAFETY: `zeros` holds `n` int32 at `ptr`; the stream is live until
+    // `producer` drops, after the import's event has been waited on.
     let imported = unsafe { cuda::import_cai(&plan, Arc::new(zeros.clone())) }.unwrap();
     assert_same(
         "filled after the busy work",
         &Int32Array::from(vec![7; n]),
         imported.to_host().unwrap().as_ref(),
     );
+    drop(imported);
+    drop(producer);
 }
 
 #[test]
