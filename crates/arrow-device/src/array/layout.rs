@@ -8,6 +8,8 @@
 
 use arrow_schema::{DataType, FieldRef, UnionMode};
 
+use crate::validate::ValidationLevel;
+
 /// What a buffer holds, which fixes how its size follows from the slot count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BufferKind {
@@ -141,12 +143,25 @@ pub(crate) fn contains(data_type: &DataType, matches: &impl Fn(&DataType) -> boo
         }
 }
 
-/// Whether a list view (`+vl`, `+vL`) occurs anywhere in `data_type`: its
-/// offsets are the one structure arrow-rs relies on that the default import
-/// level does not read (one per slot).
-pub(crate) fn contains_list_view(data_type: &DataType) -> bool {
-    contains(data_type, &|t| {
-        matches!(t, DataType::ListView(_) | DataType::LargeListView(_))
+/// Whether an import of `data_type` at `level` leaves unchecked some of the
+/// structure arrow-rs builds its arrays on (`validate::structure`): child
+/// lengths are checked from `Minimal` on, list offsets against their child
+/// and the last run end from `Default` on, list-view offsets (one per slot)
+/// never. Leaves and strings are covered at every level.
+pub(crate) fn structure_unchecked_at(data_type: &DataType, level: ValidationLevel) -> bool {
+    if n_children(data_type) == Some(0) && !matches!(data_type, DataType::Dictionary(_, _)) {
+        return false; // a leaf: the common case, on every import
+    }
+    contains(data_type, &|t| match t {
+        DataType::ListView(_) | DataType::LargeListView(_) => true,
+        DataType::List(_)
+        | DataType::LargeList(_)
+        | DataType::Map(_, _)
+        | DataType::RunEndEncoded(_, _) => level < ValidationLevel::Default,
+        DataType::Struct(_) | DataType::FixedSizeList(_, _) | DataType::Union(_, _) => {
+            level < ValidationLevel::Minimal
+        }
+        _ => false,
     })
 }
 

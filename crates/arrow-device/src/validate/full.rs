@@ -11,15 +11,18 @@ use crate::error::{Error, Path, Result};
 /// (its `ArrayData::validate`, on every node): buffer sizes, children as
 /// long as their parent needs (a struct's, a fixed-size list's), first and
 /// last offsets inside the data or child, list-view offsets and sizes
-/// inside the child. `make_array` slices children and offsets by these
-/// without further checks, so an array below them panics or reads out of
-/// bounds. O(nodes), plus one pass over list-view offsets.
+/// inside the child, a last run end covering the array. `make_array` slices
+/// children and offsets by these without further checks, so an array below
+/// them panics or reads out of bounds. O(nodes), plus one pass over
+/// list-view offsets.
 ///
 /// Imports below `Full` check less than this (`None` no child lengths,
-/// `Default` no list-view offsets): this runs before such a tree becomes
-/// arrow-rs data (`DeviceArray::to_host`).
+/// `Minimal` no list offsets or run ends, `Default` no list-view offsets,
+/// see `layout::structure_unchecked_at`): this runs before such a tree
+/// becomes arrow-rs data (`DeviceArray::to_host`).
 pub(crate) fn structure(data: &ArrayData, path: &Path<'_>) -> Result<()> {
     check_list_view(data, path)?;
+    check_last_run_end(data, path)?;
     data.validate()
         .map_err(|e| Error::invalid(path, strip_prefix(e.to_string())))?;
     for_each_child(data, path, structure)
@@ -127,6 +130,38 @@ fn check_views<O: arrow_buffer::ArrowNativeType + Into<i64>>(
         }
     }
     Ok(())
+}
+
+/// A run-end-encoded array's last run end must cover `offset + length`:
+/// `RunArray` finds a slot's run by searching the run ends, and arrow-rs'
+/// `validate` does not check this (its `validate_values` does).
+fn check_last_run_end(data: &ArrayData, path: &Path<'_>) -> Result<()> {
+    let DataType::RunEndEncoded(_, _) = data.data_type() else {
+        return Ok(());
+    };
+    let Some(run_ends) = data.child_data().first().filter(|r| !r.is_empty()) else {
+        return Ok(()); // an empty array needs none; arrow-rs reports the rest
+    };
+    let last_index = run_ends.offset() + run_ends.len() - 1;
+    let values = run_ends.buffers().first();
+    let last = match run_ends.data_type() {
+        DataType::Int16 => {
+            values.and_then(|b| b.typed_data::<i16>().get(last_index).map(|&v| i64::from(v)))
+        }
+        DataType::Int32 => {
+            values.and_then(|b| b.typed_data::<i32>().get(last_index).map(|&v| i64::from(v)))
+        }
+        DataType::Int64 => values.and_then(|b| b.typed_data::<i64>().get(last_index).copied()),
+        _ => None,
+    };
+    let needed = (data.offset() + data.len()) as i64;
+    match last {
+        Some(last) if last < needed => Err(Error::invalid(
+            &path.child(0, Some("run_ends")),
+            format!("the last run end is {last}, expected at least {needed} (offset + length)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A non-nullable child of a struct or fixed-size list may not be null where

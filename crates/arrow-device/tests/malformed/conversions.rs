@@ -212,3 +212,19 @@ isolated_test! {
         }
     }
 }
+
+isolated_test! {
+    fn a_short_last_run_end_imported_below_default_is_an_error_on_the_host() {
+        for level in [NONE, MINIMAL] {
+            let mut case = cases::run_end_encoded();
+            case.array.children[0] = cases::int32_node(&[2, 4]);
+            let imported = expect_ok(case.build(), level);
+            let err = imported.to_host().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "child 0 \"run_ends\": the last run end is 4, expected at least 5 (offset + length)",
+                "{level:?}"
+            );
+        }
+    }
+}
