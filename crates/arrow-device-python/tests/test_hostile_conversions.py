@@ -99,20 +99,27 @@ def assert_refused(array, data_type, keyword):
 # ---------------------------------------------------------------- conversions
 
 
+def refused_in_a_child(case, types, keyword):
+    """In a child interpreter: `case` (Python source of a Case) imported at
+    the default level is refused as each of `types` (source of pyarrow
+    types), with `keyword` in the message, and released once."""
+    isolated(f"""
+        built = {case}.build()
+        array = expect_ok(built, "default")
+        for t in ({types},):
+            assert_refused(array, t, {keyword!r})
+        del array
+        check_released_after_drop(built)
+    """)
+
+
 @pytest.mark.parametrize(
     "index, offset, keyword",
     [(5, 0, "buffer"), (0, 1 << 30, "buffer 0 has length 21")],
     ids=["missing variadic buffer", "offset past the buffer"],
 )
 def test_a_defective_string_view_is_refused_in_every_requested_representation(index, offset, keyword):
-    isolated(f"""
-        built = view_case({index}, {offset}).build()
-        array = expect_ok(built, "default")
-        for t in (pa.string(), pa.large_string()):
-            assert_refused(array, t, {keyword!r})
-        del array
-        check_released_after_drop(built)
-    """)
+    refused_in_a_child(f"view_case({index}, {offset})", "pa.string(), pa.large_string()", keyword)
 
 
 def test_a_stream_of_defective_string_views_fails_the_consumers_read_cleanly():
@@ -130,35 +137,19 @@ def test_a_stream_of_defective_string_views_fails_the_consumers_read_cleanly():
 
 
 def test_a_utf8_middle_offset_past_the_data_is_refused_as_string_view():
-    isolated("""
-        built = utf8_with_middle_offset(1 << 30).build()
-        array = expect_ok(built, "default")
-        assert_refused(array, pa.string_view(), "offset")
-        assert_refused(array, pa.large_string(), "offset")
-        del array
-        check_released_after_drop(built)
-    """)
+    refused_in_a_child("utf8_with_middle_offset(1 << 30)", "pa.string_view(), pa.large_string()", "offset")
 
 
 def test_a_dictionary_key_past_the_dictionary_is_a_value_error_not_a_panic():
-    isolated("""
-        built = dictionary_with_key(100).build()
-        array = expect_ok(built, "default")
-        assert_refused(array, pa.string(), "100")
-        del array
-        check_released_after_drop(built)
-    """)
+    refused_in_a_child("dictionary_with_key(100)", "pa.string()", "100")
 
 
 def test_a_list_view_offset_past_its_child_is_a_value_error_not_a_panic():
-    isolated("""
-        built = list_view_with_offset(1000).build()
-        array = expect_ok(built, "default")
-        for t in (pa.list_(pa.int32()), pa.large_list_view(pa.int32())):
-            assert_refused(array, t, "list view 1 has offset 1000 and size 0")
-        del array
-        check_released_after_drop(built)
-    """)
+    refused_in_a_child(
+        "list_view_with_offset(1000)",
+        "pa.list_(pa.int32()), pa.large_list_view(pa.int32())",
+        "list view 1 has offset 1000 and size 0",
+    )
 
 
 def test_a_struct_child_shorter_than_the_struct_imported_unvalidated_is_a_value_error_on_export():

@@ -78,6 +78,15 @@ def describe(proc: subprocess.CompletedProcess) -> str:
     )
 
 
+# Python structures that a reader must not follow without bound: `cycle`, a
+# list that contains itself, and `deep`, 100,000 one-item lists inside each
+# other (one line, to be put into a child's code).
+HOSTILE = (
+    "cycle = []; cycle.append(cycle); "
+    "deep = __import__('functools').reduce(lambda d, _: [d], range(100_000), [])"
+)
+
+
 def child_outcomes(body: str) -> list[str]:
     """The lines `body` printed (with `outcome(...)`), after checking that
     the child exited cleanly with nothing on stderr."""
@@ -295,11 +304,7 @@ def test_dlpack_keyword_arguments_that_recurse_are_refused_by_type(argument, err
     message may show the argument's repr, which Python itself bounds)."""
     [line] = child_outcomes(
         f"""
-        cycle = []
-        cycle.append(cycle)
-        deep = []
-        for _ in range(100_000):
-            deep = [deep]
+        {HOSTILE}
         array = ad.array(pa.array([1, 2, 3]))
         outcome(lambda: array.__dlpack__({argument}))
         """
@@ -315,11 +320,7 @@ def test_dlpack_keyword_arguments_that_recurse_are_refused_by_type(argument, err
 def test_a_dlpack_device_answer_that_is_not_a_pair_of_ints_is_a_type_error(answer):
     [line] = child_outcomes(
         f"""
-        cycle = []
-        cycle.append(cycle)
-        deep = ()
-        for _ in range(100_000):
-            deep = (deep,)
+        {HOSTILE}
 
         class Producer:
             def __dlpack__(self, **kwargs):
@@ -345,11 +346,7 @@ def test_a_requested_schema_that_is_not_a_capsule_is_a_type_error(requested):
     and cycles are bounded by the library's schema import)."""
     lines = child_outcomes(
         f"""
-        cycle = []
-        cycle.append(cycle)
-        deep = []
-        for _ in range(100_000):
-            deep = [deep]
+        {HOSTILE}
         array = ad.array(pa.array([1, 2, 3]))
         outcome(lambda: array.__arrow_c_array__({requested}))
         outcome(lambda: array.__arrow_c_device_array__({requested}))

@@ -27,6 +27,36 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// An event recorded on a fresh stream behind an upload of `data` into
+/// `buf` delayed by `delay` (the device's later work is not delayed): what
+/// waits on the event waits that long. `data` must outlive the upload.
+fn event_behind_a_slow_upload(
+    device: &EmulatedDevice,
+    buf: &DeviceBuffer,
+    data: &[u8],
+    delay: Duration,
+) -> (Stream, Event) {
+    let stream = device.create_stream().unwrap();
+    let event = device.create_event().unwrap();
+    device.set_config(EmulatedConfig {
+        strict: true,
+        delay,
+    });
+    // SAFETY: the caller keeps `data` alive until the upload has run; `buf`
+    // holds `data.len()` bytes.
+    unsafe {
+        device
+            .copy_from_host(data.as_ptr(), buf.as_ptr(), data.len(), &stream)
+            .unwrap()
+    };
+    device.set_config(EmulatedConfig {
+        strict: true,
+        delay: Duration::ZERO,
+    });
+    device.record_event(&event, &stream).unwrap();
+    (stream, event)
+}
+
 /// Copies `data` into `buf` on a fresh stream and waits for it.
 fn upload(device: &EmulatedDevice, buf: &DeviceBuffer, data: &[u8]) {
     let stream = device.create_stream().unwrap();
@@ -791,23 +821,8 @@ fn streams_waiting_on_events_recorded_behind_them_do_not_deadlock_the_pool() {
     let device = device(0, true, 0);
     let data = pattern(64, 3);
     let buf = device.allocate(64).unwrap();
-    let gate_stream = device.create_stream().unwrap();
-    let gate = device.create_event().unwrap();
-    device.set_config(EmulatedConfig {
-        strict: true,
-        delay: Duration::from_millis(200),
-    });
-    // SAFETY: `data` outlives the synchronizes below; events are live.
-    unsafe {
-        device
-            .copy_from_host(data.as_ptr(), buf.as_ptr(), 64, &gate_stream)
-            .unwrap()
-    };
-    device.set_config(EmulatedConfig {
-        strict: true,
-        delay: Duration::ZERO,
-    });
-    device.record_event(&gate, &gate_stream).unwrap();
+    let (gate_stream, gate) =
+        event_behind_a_slow_upload(&device, &buf, &data, Duration::from_millis(200));
     let mut outs = vec![vec![0u8; 64]; PAIRS];
     let mut kept = Vec::new();
     for out in outs.iter_mut() {
@@ -876,19 +891,8 @@ fn releases_that_wait_on_the_host_do_not_starve_the_work_they_wait_for() {
     let device = device(ID, true, 0);
     let data = pattern(64, 9);
     let buf = device.allocate(64).unwrap();
-    let recorder = device.create_stream().unwrap();
-    let event = device.create_event().unwrap();
-    device.set_config(EmulatedConfig {
-        strict: true,
-        delay: Duration::from_millis(300),
-    });
-    // SAFETY: `data` outlives the synchronize below.
-    unsafe {
-        device
-            .copy_from_host(data.as_ptr(), buf.as_ptr(), 64, &recorder)
-            .unwrap()
-    };
-    device.record_event(&event, &recorder).unwrap();
+    let (recorder, event) =
+        event_behind_a_slow_upload(&device, &buf, &data, Duration::from_millis(300));
     let waited = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let streams: Vec<Stream> = (0..RELEASES)
         .map(|_| {
