@@ -584,8 +584,9 @@ impl DeviceArray {
     /// alive; `sync_event` is the producer's, still owned by this tree.
     ///
     /// An array on a device type without an implementation here (opaque) is
-    /// passed on as it came, event included, where
-    /// [`check_hand_on`](Self::check_hand_on) allows.
+    /// passed on as it came, `sync_event` included, when the spec names its
+    /// device type and it holds no view array (whose variadic sizes were
+    /// never read); otherwise this is [`Error::NotSupported`].
     pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
         self.check_hand_on(HandOn::DeviceInterface)?;
         let schema = crate::schema::export_field(self.field())?;
