@@ -472,13 +472,20 @@ impl DeviceArray {
     /// arrow-rs kernel, since kernels trust their input.
     pub(crate) fn to_host_checked(&self) -> Result<ArrayRef> {
         let data = self.host_data()?;
+        self.check_values(&data)?;
+        Ok(make_array(data))
+    }
+
+    /// `validate::full` on `data`, this array's host data, unless the tree
+    /// is known valid; remembered for the whole tree when this is its root.
+    fn check_values(&self, data: &ArrayData) -> Result<()> {
         if !self.values_checked() {
-            validate::full(&data, &Path::root())?;
+            validate::full(data, &Path::root())?;
             if matches!(self.node, NodeRef::Root) {
                 self.storage.values_checked.store(true, Ordering::Release);
             }
         }
-        Ok(make_array(data))
+        Ok(())
     }
 
     fn values_checked(&self) -> bool {
@@ -772,21 +779,17 @@ impl DeviceArray {
 
     /// Full validation of values on CPU-accessible memory (Full level).
     fn validate_full(&self) -> Result<()> {
-        let Some(device) = self
+        if !self
             .storage
             .device
             .as_ref()
-            .filter(|d| d.is_cpu_accessible())
-        else {
+            .is_some_and(|d| d.is_cpu_accessible())
+        {
             return Ok(());
-        };
-        self.storage.host_sync(device)?;
-        let owner: Arc<dyn Allocation> = self.storage.clone();
-        // SAFETY: CPU-accessible memory, synchronized, kept alive by `owner`.
-        let data = unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?;
-        validate::full(&data, &Path::root())?;
-        self.storage.values_checked.store(true, Ordering::Release);
-        Ok(())
+        }
+        // Zero-copy on CPU-accessible memory, after the producer's event.
+        let data = self.host_data()?;
+        self.check_values(&data)
     }
 }
 

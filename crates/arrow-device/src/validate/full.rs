@@ -142,16 +142,18 @@ fn check_last_run_end(data: &ArrayData, path: &Path<'_>) -> Result<()> {
     let Some(run_ends) = data.child_data().first().filter(|r| !r.is_empty()) else {
         return Ok(()); // an empty array needs none; arrow-rs reports the rest
     };
+    fn value_at<T: arrow_buffer::ArrowNativeType + Into<i64>>(
+        data: &ArrayData,
+        index: usize,
+    ) -> Option<i64> {
+        let values = data.buffers().first()?.typed_data::<T>();
+        values.get(index).map(|&v| v.into())
+    }
     let last_index = run_ends.offset() + run_ends.len() - 1;
-    let values = run_ends.buffers().first();
     let last = match run_ends.data_type() {
-        DataType::Int16 => {
-            values.and_then(|b| b.typed_data::<i16>().get(last_index).map(|&v| i64::from(v)))
-        }
-        DataType::Int32 => {
-            values.and_then(|b| b.typed_data::<i32>().get(last_index).map(|&v| i64::from(v)))
-        }
-        DataType::Int64 => values.and_then(|b| b.typed_data::<i64>().get(last_index).copied()),
+        DataType::Int16 => value_at::<i16>(run_ends, last_index),
+        DataType::Int32 => value_at::<i32>(run_ends, last_index),
+        DataType::Int64 => value_at::<i64>(run_ends, last_index),
         _ => None,
     };
     let needed = (data.offset() + data.len()) as i64;
