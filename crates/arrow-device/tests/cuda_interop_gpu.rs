@@ -222,8 +222,15 @@ struct BusyProducer {
 }
 
 fn busy_then_fill(target: usize, n: usize) -> BusyProducer {
-    const SCRATCH: usize = 1 << 30;
-    let scratch = cuda_device(DeviceType::CUDA).allocate(SCRATCH).unwrap();
+    // On a GPU, 100 memsets of 1 GiB keep the stream busy for tens of
+    // milliseconds. The driver stand-in runs each queued operation after a
+    // delay, so 1 MiB keeps it just as busy without 100 GiB of host writes.
+    let scratch_len: usize = if common::gpu::standin::loaded() {
+        1 << 20
+    } else {
+        1 << 30
+    };
+    let scratch = cuda_device(DeviceType::CUDA).allocate(scratch_len).unwrap();
     let mut stream: sys::CUstream = std::ptr::null_mut();
     // SAFETY: plain driver calls on GPU 0's primary context (made current),
     // on memory allocated above, which `BusyProducer` keeps until the
@@ -234,7 +241,7 @@ fn busy_then_fill(target: usize, n: usize) -> BusyProducer {
         cudarc::driver::result::ctx::set_current(context).unwrap();
         sys::cuStreamCreate(&mut stream, 1).result().unwrap();
         for _ in 0..100 {
-            sys::cuMemsetD8Async(scratch.as_ptr() as sys::CUdeviceptr, 1, SCRATCH, stream)
+            sys::cuMemsetD8Async(scratch.as_ptr() as sys::CUdeviceptr, 1, scratch_len, stream)
                 .result()
                 .unwrap();
         }

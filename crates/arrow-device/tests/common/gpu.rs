@@ -1,8 +1,16 @@
 //! Helpers of the GPU test binaries (feature `cuda`): the lock that runs
 //! them one at a time on GPU 0, skipping with a note where no GPU is
 //! usable, the devices, and import of this crate's own structs.
+//!
+//! The binaries run on a GPU (`scripts/gpu-check.sh`) and, in CI, on the
+//! CUDA driver stand-in (`crates/cuda-standin`, loaded through
+//! `LD_LIBRARY_PATH`). Under the stand-in, each test's guard also checks on
+//! drop that the test made no driver violation and left no allocation or
+//! event alive. `ARROW_DEVICE_REQUIRE_GPU=1` turns a skip into a failure, so
+//! a CI run that finds no driver cannot pass by skipping.
 
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use arrow_device::abi::{DeviceType, FFI_ArrowSchema};
 use arrow_device::device::cuda::{self, CudaDevice};
@@ -19,17 +27,96 @@ pub const KINDS: [DeviceType; 3] = [
 /// The GPU lock, or `None` (after printing why) when no GPU is usable. The
 /// tests of one binary share GPU 0 and its devices' synchronization
 /// counters, so they run one at a time.
-pub fn gpu(test: &str) -> Option<MutexGuard<'static, ()>> {
+pub fn gpu(test: &str) -> Option<GpuGuard> {
     static LOCK: Mutex<()> = Mutex::new(());
     if !cuda::is_available() {
         let why = match cuda::device(DeviceType::CUDA, 0) {
             Err(e) => e.to_string(),
             Ok(_) => "unknown".to_string(),
         };
+        assert!(
+            std::env::var_os("ARROW_DEVICE_REQUIRE_GPU").is_none(),
+            "{test}: no CUDA GPU ({why}), and ARROW_DEVICE_REQUIRE_GPU is set"
+        );
         println!("{test}: skipped, no CUDA GPU: {why}");
         return None;
     }
-    Some(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+    let lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let before = standin::counts().map(|_| {
+        warm_up();
+        standin::settle(&counts_now);
+        counts_now()
+    });
+    Some(GpuGuard {
+        test: test.to_string(),
+        before,
+        _lock: lock,
+    })
+}
+
+fn counts_now() -> standin::Counts {
+    standin::counts().expect("the stand-in is loaded")
+}
+
+/// Creates what the CUDA devices keep for the process (the interface
+/// stream of each kind on GPU 0, the kernels' module), so that a test's
+/// accounting sees only what the test itself made.
+fn warm_up() {
+    for kind in KINDS {
+        counter(&cuda_device(kind)).interface_stream().unwrap();
+    }
+    let with_nulls = arrow_array::Int32Array::from(vec![Some(1), None]);
+    let (array, schema) =
+        arrow_device::export_array_to(&with_nulls, &cuda_device(DeviceType::CUDA)).unwrap();
+    let on_gpu = import("warm-up", array, schema);
+    // The byte mask of an array with nulls is made by a kernel.
+    drop(cuda::export_cai(&on_gpu).unwrap());
+}
+
+/// Held by a GPU test: the GPU lock and, under the stand-in, the driver's
+/// accounting when the test began.
+pub struct GpuGuard {
+    test: String,
+    before: Option<standin::Counts>,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Drop for GpuGuard {
+    /// Under the stand-in, once the test's queued work and releases have
+    /// run: no violation, and as many allocations, events and streams as
+    /// before the test.
+    fn drop(&mut self) {
+        let Some(before) = self.before else {
+            return;
+        };
+        if std::thread::panicking() {
+            return;
+        }
+        let settled = |now: &standin::Counts| {
+            now.pending_operations == 0
+                && now.allocations <= before.allocations
+                && now.events <= before.events
+                && now.streams <= before.streams
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut now = counts_now();
+        while !settled(&now) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            now = counts_now();
+        }
+        assert_eq!(
+            now.violations,
+            before.violations,
+            "{}: the CUDA driver stand-in saw a violation: {}",
+            self.test,
+            standin::last_violation().unwrap_or_default()
+        );
+        assert!(
+            settled(&now),
+            "{}: left behind on the driver: {now:?}, before the test: {before:?}",
+            self.test
+        );
+    }
 }
 
 /// GPU 0's device of `device_type`.
@@ -47,4 +134,78 @@ pub fn import(case: &str, array: ArrowDeviceArray, schema: FFI_ArrowSchema) -> D
     // SAFETY: the structs come from this crate's exporter.
     unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }
         .unwrap_or_else(|e| panic!("{case}: import: {e}"))
+}
+
+/// The CUDA driver stand-in's own functions (`crates/cuda-standin`), when
+/// it is the driver loaded.
+pub mod standin {
+    use std::time::{Duration, Instant};
+
+    use cudarc::driver::sys;
+
+    /// `CuStandinCounts`.
+    #[repr(C)]
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub struct Counts {
+        pub allocations: u64,
+        pub allocated_bytes: u64,
+        pub streams: u64,
+        pub events: u64,
+        pub modules: u64,
+        pub retained_contexts: u64,
+        pub pending_operations: u64,
+        pub violations: u64,
+    }
+
+    /// The stand-in's live objects; `None` when the driver is not the
+    /// stand-in (or absent).
+    pub fn counts() -> Option<Counts> {
+        if !arrow_device::device::cuda::is_driver_present() {
+            return None;
+        }
+        let mut counts = Counts::default();
+        // SAFETY: the loaded driver library; the stand-in's function fills
+        // the struct (the layout above), a real driver has no such symbol.
+        unsafe {
+            let lib = sys::culib();
+            let f = lib
+                .get::<unsafe extern "C" fn(*mut Counts) -> sys::CUresult>(b"cuStandinCounts\0")
+                .ok()?;
+            f(&mut counts);
+        }
+        Some(counts)
+    }
+
+    /// Whether the loaded driver is the stand-in.
+    pub fn loaded() -> bool {
+        counts().is_some()
+    }
+
+    /// Waits (at most 10 s) until no queued work is left.
+    pub fn settle(counts: &dyn Fn() -> Counts) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while counts().pending_operations > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The last violation's message.
+    pub fn last_violation() -> Option<String> {
+        let mut buf = vec![0u8; 1024];
+        // SAFETY: as for `counts`; the buffer holds 1024 bytes.
+        let code = unsafe {
+            let lib = sys::culib();
+            let f = lib
+                .get::<unsafe extern "C" fn(*mut u8, usize) -> sys::CUresult>(
+                    b"cuStandinLastViolation\0",
+                )
+                .ok()?;
+            f(buf.as_mut_ptr(), buf.len())
+        };
+        if code != sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
 }

@@ -1,11 +1,13 @@
 // The CUDA kernels of src/device/cuda/kernels/convert.cu, run on the host:
 // CI has no GPU, so this compiles the kernel source itself as C++ (with the
-// few CUDA names it uses defined here), runs every thread of each launch in
-// turn for several grid shapes (the one kernels.rs uses, and small ones that
-// make the grid-stride loops go round), and compares the output with a
-// plain reference, in allocations of exactly the sizes the kernels may
-// touch. scripts/check-ptx.sh builds it with AddressSanitizer and
-// UndefinedBehaviorSanitizer, so a read or write out of bounds fails too.
+// few CUDA names it uses, and the launch loop, from host_launch.h beside it,
+// through which the CUDA driver stand-in crates/cuda-standin runs them too),
+// runs every thread of each launch in turn for several grid shapes (the one
+// kernels.rs uses, and small ones that make the grid-stride loops go round),
+// and compares the output with a plain reference, in allocations of exactly
+// the sizes the kernels may touch. scripts/check-ptx.sh builds it with
+// AddressSanitizer and UndefinedBehaviorSanitizer, so a read or write out of
+// bounds fails too.
 //
 // What it cannot see: anything about the GPU itself (the PTX, the launch,
 // concurrency between threads, which the kernels do not rely on: each
@@ -14,29 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
-struct Dim3 {
-    unsigned x;
-};
-static Dim3 blockIdx, blockDim, threadIdx, gridDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-
+#include "host_launch.h"
 #include "convert.cu"
-
-// Runs `kernel` as a grid of `grid` blocks of `block` threads.
-template <class Kernel>
-static void launch(unsigned grid, unsigned block, Kernel kernel) {
-    gridDim.x = grid;
-    blockDim.x = block;
-    for (unsigned b = 0; b < grid; ++b) {
-        for (unsigned t = 0; t < block; ++t) {
-            blockIdx.x = b;
-            threadIdx.x = t;
-            kernel();
-        }
-    }
-}
 
 // kernels.rs's launch_dims with a block size and block cap of the caller's.
 static unsigned blocks_for(unsigned long long work, unsigned block, unsigned cap) {
@@ -72,7 +53,8 @@ int main() {
             unsigned char* bitmap = (unsigned char*)std::malloc(bitmap_len ? bitmap_len : 1);
             std::memset(bitmap, 0xa5, bitmap_len);  // poison: every byte must be written
             if (bitmap_len) {
-                launch(blocks_for(bitmap_len, block, cap), block,
+                // 1-D grids, as kernels.rs launches them.
+                launch(Dim3{blocks_for(bitmap_len, block, cap), 1, 1}, Dim3{block, 1, 1},
                        [&] { arrow_device_pack_bits(bytes, len, bitmap); });
             }
             for (unsigned long long j = 0; j < bitmap_len; ++j) {
@@ -89,7 +71,7 @@ int main() {
                 unsigned char* out = (unsigned char*)std::malloc(n ? n : 1);
                 std::memset(out, 0xa5, n);
                 if (n) {
-                    launch(blocks_for(n, block, cap), block,
+                    launch(Dim3{blocks_for(n, block, cap), 1, 1}, Dim3{block, 1, 1},
                            [&] { arrow_device_unpack_bits(bitmap, offset, n, out); });
                 }
                 for (unsigned long long i = 0; i < n; ++i) {
