@@ -394,3 +394,43 @@ fn the_host_sources_of_a_copy_are_released_once_the_copy_has_run() {
         on_gpu.to_host().unwrap().as_ref(),
     );
 }
+
+/// A copy whose source is GPU memory that nothing else holds: the source
+/// is freed once the copy has run, by the release thread, never by the
+/// driver's host-function thread (which may not call CUDA: under the
+/// stand-in such a call is refused and fails the test's guard).
+#[test]
+fn a_gpu_source_dropped_during_a_copy_is_freed_after_it_off_the_drivers_thread() {
+    let Some(_gpu) = gpu("a_gpu_source_dropped_during_a_copy_is_freed_after_it") else {
+        return;
+    };
+    let ints = Int32Array::from_iter_values(0..100_000);
+    let multi_gpu = cuda::device_count().unwrap() > 1;
+    // Pinned → managed (a host-readable source), and device memory of GPU 0
+    // → GPU 1 (a peer copy) where there are two GPUs.
+    let mut routes = vec![(
+        cuda_device(DeviceType::CUDA_HOST),
+        cuda_device(DeviceType::CUDA_MANAGED),
+    )];
+    if multi_gpu {
+        let gpu1 = cuda::device(DeviceType::CUDA, 1).unwrap();
+        routes.push((cuda_device(DeviceType::CUDA), gpu1));
+    }
+    for (from, to) in routes {
+        let case = format!(
+            "{} {} -> {} {}",
+            from.device_type(),
+            from.device_id(),
+            to.device_type(),
+            to.device_id()
+        );
+        let (c_array, c_schema) = export_array_to(&ints, &from).unwrap();
+        let source = import(&case, c_array, c_schema);
+        let moved = source
+            .to_device(&to)
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        // The copy now holds the only reference to the source.
+        drop(source);
+        assert_same(&case, &ints, moved.to_host().unwrap().as_ref());
+    }
+}

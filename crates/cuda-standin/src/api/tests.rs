@@ -357,7 +357,11 @@ fn an_injected_fault_fails_exactly_the_nth_call() {
     // SAFETY: NUL-terminated name; valid out parameters.
     unsafe {
         assert_eq!(
-            super::control_api::cuStandinInjectFault(c"cuEventCreate".as_ptr(), 2, CUDA_ERROR_OUT_OF_MEMORY),
+            super::control_api::cuStandinInjectFault(
+                c"cuEventCreate".as_ptr(),
+                2,
+                CUDA_ERROR_OUT_OF_MEMORY
+            ),
             CUDA_SUCCESS
         );
         assert_eq!(

@@ -25,6 +25,15 @@
 //! GPU section: `scripts/gpu-check.sh` measures both against raw
 //! `cuMemcpy`).
 //!
+//! Tested without a GPU: CI runs this module's unit tests, the GPU suites
+//! (`tests/cuda_gpu.rs`, `tests/cuda_interop_gpu.rs`), fault injection
+//! (`tests/cuda_faults.rs`), the CLI and the Python package against
+//! `crates/cuda-standin`, a strict stand-in for `libcuda.so` that cudarc
+//! loads through `LD_LIBRARY_PATH` (device memory the host cannot touch,
+//! delayed streams, contexts, events, host functions and the kernels run on
+//! the host). Speed and the GPU itself are checked on hardware by
+//! `scripts/gpu-check.sh`.
+//!
 //! The Python protocols: [`import_cai`] / [`export_cai`] (the CUDA Array
 //! Interface, with its `stream`, masks and `|b1` values converted by
 //! kernels on the GPU) and the stream-ordering methods of [`CudaDevice`]
