@@ -12,7 +12,7 @@ dir="$PWD/target/cuda-standin"
 mkdir -p "$dir"
 # Replaced by a rename, never rewritten in place: a test process may have
 # the previous build mapped.
-cp -f target/release/libcuda.so "$dir/libcuda.so.new"
+cp -f target/release/libcuda_standin.so "$dir/libcuda.so.new"
 mv -f "$dir/libcuda.so.new" "$dir/libcuda.so"
 ln -sf libcuda.so "$dir/libcuda.so.1"
 echo "$dir"

@@ -26,10 +26,13 @@ MUTATIONS = [
     (
         "no context pushed around a driver call",
         f"{SRC}/device/cuda/driver.rs",
-        "            unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }.result()?;\n"
-        "            let _pop = Pushed;\n"
-        "            f()",
-        "            f()",
+        "        call(&format!(\"{what}: cuCtxPushCurrent\"), || {\n"
+        "            // SAFETY: `self.ctx` is a primary context retained for the life\n"
+        "            // of the process.\n"
+        "            unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }.result()\n"
+        "        })?;\n"
+        "        let _pop = Pushed;\n",
+        "",
     ),
     (
         "a copy's destination memory freed before its event",
@@ -47,8 +50,8 @@ MUTATIONS = [
     (
         "the sync event recorded before the copies (on a stream they are not on)",
         f"{SRC}/array/copy.rs",
-        "    let event = device.create_event()?;\n    device.record_event(&event, &stream)?;",
-        "    let event = device.create_event()?;\n    device.record_event(&event, &device.create_stream()?)?;",
+        ".and_then(|event| device.record_event(&event, &stream).map(|()| event));",
+        ".and_then(|event| device.record_event(&event, &device.create_stream()?).map(|()| event));",
     ),
 ]
 

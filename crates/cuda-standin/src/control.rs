@@ -102,7 +102,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Counts a call of `entry`; the injected code if this call is to fail.
+/// `CUDA_STANDIN_FAULTS` is read before the first call is counted, so that
+/// `cuInit:1:...` fails the first `cuInit` (a malformed value fails
+/// `cuInit`, which parses the settings again).
 pub fn count_call(entry: &'static str) -> Option<CUresult> {
+    static FROM_ENV: std::sync::Once = std::sync::Once::new();
+    FROM_ENV.call_once(|| {
+        let items = std::env::var("CUDA_STANDIN_FAULTS").unwrap_or_default();
+        for (entry, nth, code) in items.split(',').filter_map(|i| parse_fault(i.trim()).ok()) {
+            inject(&entry, nth, code);
+        }
+    });
     let mut calls = lock(calls());
     let count = calls.counts.entry(entry).or_insert(0);
     *count += 1;

@@ -35,9 +35,6 @@ pub fn init() -> Result<()> {
         eprintln!("cuda-standin: cuInit: {e}");
         CUDA_ERROR_INVALID_VALUE
     })?;
-    for (entry, nth, code) in &settings.faults {
-        control::inject(entry, *nth, *code);
-    }
     let contexts = (0..settings.devices).map(Context::primary).collect();
     // A concurrent cuInit may have won: its state stays, ours is dropped.
     let _ = DRIVER.set(Driver { settings, contexts });

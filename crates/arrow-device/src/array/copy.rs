@@ -211,6 +211,22 @@ pub(crate) fn device_to_device(
     host_to_device(&host_node, keep, dst)
 }
 
+/// `error`, once `owned` (memory that work queued on `stream` may still
+/// write) is safe to free: after the stream has drained. When even that
+/// wait fails, nobody can say when the work ends, so `owned` is leaked
+/// rather than freed under it.
+pub(crate) fn drain_then_free<T>(
+    device: &DeviceRef,
+    stream: &Stream,
+    owned: T,
+    error: Error,
+) -> Error {
+    if device.synchronize_stream(stream).is_err() {
+        std::mem::forget(owned);
+    }
+    error
+}
+
 fn finish_device_copy(
     node: Node,
     queued: Result<()>,
@@ -220,9 +236,7 @@ fn finish_device_copy(
     sources: Option<KeepAlive>,
 ) -> Result<Copied> {
     if let Err(e) = queued {
-        // Let what was queued finish before the memory goes away.
-        let _ = device.synchronize_stream(&stream);
-        return Err(e);
+        return Err(drain_then_free(device, &stream, memory, e));
     }
     // The sources go as soon as the copies have run, where the device can
     // say when (queued before the event, so that the event's completion
@@ -231,8 +245,13 @@ fn finish_device_copy(
         Some(sources) => device.release_after(&stream, Box::new(sources))?,
         None => None,
     };
-    let event = device.create_event()?;
-    device.record_event(&event, &stream)?;
+    let recorded = device
+        .create_event()
+        .and_then(|event| device.record_event(&event, &stream).map(|()| event));
+    let event = match recorded {
+        Ok(event) => event,
+        Err(e) => return Err(drain_then_free(device, &stream, memory, e)),
+    };
     let sync_event = event.sync_event();
     let keep_alive: KeepAlive = Arc::new(PendingMemory::new(
         device.clone(),
@@ -273,9 +292,13 @@ pub(crate) fn device_to_host(
         // `host`, which outlives the synchronization below.
         unsafe { src.copy_to_host(from.ptr, to.ptr.cast_mut(), from.len, &stream) }
     });
-    let synced = src.synchronize_stream(&stream);
+    if let Err(e) = src.synchronize_stream(&stream) {
+        // The copies' end is unknown: leak the destination, never free it
+        // under them.
+        std::mem::forget(host);
+        return Err(e);
+    }
     result?;
-    synced?;
     // SAFETY: the copies have completed; `copied` describes `host`, which
     // nothing else references yet.
     unsafe { rebase_narrowed_offsets(&mut copied) };
@@ -340,9 +363,17 @@ fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Resu
     for (i, &(ptr, width)) in reads.iter().enumerate() {
         // SAFETY: `ptr` lies inside an offsets buffer of `src` that the
         // import sized for `slots + 1` offsets; the slot outlives the sync.
-        unsafe { src.copy_to_host(ptr, staging[i * 8..].as_mut_ptr(), width, stream) }?;
+        let queued = unsafe { src.copy_to_host(ptr, staging[i * 8..].as_mut_ptr(), width, stream) };
+        if let Err(e) = queued {
+            return Err(drain_then_free(src, stream, staging, e));
+        }
     }
-    src.synchronize_stream(stream)?;
+    if let Err(e) = src.synchronize_stream(stream) {
+        // The copies' end is unknown: leak the slots, never free them
+        // under the copies.
+        std::mem::forget(staging);
+        return Err(e);
+    }
     // SAFETY: slot `i` of `staging` holds 8 initialized bytes.
     let value = |i: usize, width: usize| unsafe { read_value(staging[i * 8..].as_ptr(), width) };
     let mut next = 0;

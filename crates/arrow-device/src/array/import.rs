@@ -405,13 +405,21 @@ impl<'d> Importer<'d> {
                 // SAFETY: `read.ptr` lies inside a device buffer the
                 // structural checks sized; the slot has 8 bytes and outlives
                 // the synchronization below.
-                unsafe {
+                let queued = unsafe {
                     device.copy_to_host(read.ptr, staging[i * 8..].as_mut_ptr(), read.width, s)
-                }?;
+                };
+                if let Err(e) = queued {
+                    return Err(crate::array::copy::drain_then_free(device, s, staging, e));
+                }
             }
         }
         if let Some(s) = &stream {
-            device.synchronize_stream(s)?;
+            if let Err(e) = device.synchronize_stream(s) {
+                // The copies' end is unknown: leak the slots, never free
+                // them under the copies.
+                std::mem::forget(staging);
+                return Err(e);
+            }
             for (i, read) in self.reads.iter().enumerate() {
                 if !(host_readable || read.host) {
                     // SAFETY: slot `i` of `staging` holds 8 initialized bytes.

@@ -113,8 +113,8 @@ pub(super) fn context(ordinal: i32) -> Result<Arc<Context>, Failure> {
     if let Some(context) = contexts.get(&ordinal) {
         return Ok(Arc::clone(context));
     }
+    let device = call("cuDeviceGet", || cu::device::get(ordinal))?;
     let ctx = call("cuDevicePrimaryCtxRetain", || {
-        let device = cu::device::get(ordinal)?;
         // SAFETY: `device` was just returned by cuDeviceGet.
         unsafe { cu::primary_ctx::retain(device) }
     })?;
@@ -156,16 +156,18 @@ impl Context {
         what: &str,
         f: impl FnOnce() -> Result<T, DriverError>,
     ) -> Result<T, Failure> {
-        call(what, || {
-            if cu::ctx::get_current()? == Some(self.ctx) {
-                return f();
-            }
+        // The context calls fail under their own names, not the call's.
+        let current = call(&format!("{what}: cuCtxGetCurrent"), cu::ctx::get_current)?;
+        if current == Some(self.ctx) {
+            return call(what, f);
+        }
+        call(&format!("{what}: cuCtxPushCurrent"), || {
             // SAFETY: `self.ctx` is a primary context retained for the life
             // of the process.
-            unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }.result()?;
-            let _pop = Pushed;
-            f()
-        })
+            unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }.result()
+        })?;
+        let _pop = Pushed;
+        call(what, f)
     }
 }
 

@@ -206,7 +206,12 @@ impl Allocation {
         kind: MemoryKind,
         len: usize,
     ) -> Result<Self, Failure> {
-        let ptr = context.run("allocation", || {
+        let entry = match kind {
+            MemoryKind::Device => "cuMemAlloc",
+            MemoryKind::Pinned => "cuMemHostAlloc",
+            MemoryKind::Managed => "cuMemAllocManaged",
+        };
+        let ptr = context.run(entry, || {
             // SAFETY: plain allocations; the memory is not read before it is
             // written by a copy.
             unsafe {
@@ -236,9 +241,13 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         let (kind, ptr) = (self.kind, self.ptr);
         // A failure cannot be reported from a destructor. Owners wait on the
-        // copies' event before dropping (see `array::copy`), and cuMemFree /
-        // cuMemFreeHost synchronize with the device themselves.
-        let _ = self.context.run("free", || {
+        // copies' event before dropping (see `array::copy`): nothing may be
+        // freed while queued work can still touch it.
+        let entry = match kind {
+            MemoryKind::Pinned => "cuMemFreeHost",
+            MemoryKind::Device | MemoryKind::Managed => "cuMemFree",
+        };
+        let _ = self.context.run(entry, || {
             // SAFETY: allocated in `Allocation::new` with this kind, freed once.
             unsafe {
                 match kind {
