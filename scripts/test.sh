@@ -11,15 +11,28 @@ if ! command -v cc >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq gcc g++ >/dev/null
 fi
 
-# Library, CLI and C interop tests, plus every doctest.
-cargo test --workspace --locked
-# The CUDA devices built in but without a GPU: unit tests (kernels, stream
-# numbers), the no-driver errors, and the GPU suites, which skip here.
-cargo test -p arrow-device --features cuda --locked --lib \
-    --test cuda_absent --test cuda_gpu --test cuda_interop_gpu
+# The CUDA driver stand-in (crates/cuda-standin): libcuda.so in a directory
+# of its own, for the runs below that put it on LD_LIBRARY_PATH.
+standin=$(bash scripts/cuda-standin.sh)
+
+# Library, CLI and C interop tests, plus every doctest. The CLI's CUDA tests
+# run its binary against the stand-in (CUDA_STANDIN_DIR); nothing else in
+# this run sees a driver.
+CUDA_STANDIN_DIR=$standin cargo test --workspace --locked
+# The CUDA devices built in but without a driver: the no-driver errors.
+cargo test -p arrow-device --features cuda --locked --test cuda_absent
+# The CUDA module against the stand-in: its unit tests (kernels included),
+# the GPU suites and fault injection. A test that would skip for want of a
+# GPU fails here instead.
+LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_GPU=1 ARROW_DEVICE_REQUIRE_STANDIN=1 \
+    cargo test -p arrow-device --features cuda --locked --lib \
+    --test cuda_gpu --test cuda_interop_gpu --test cuda_faults
 # The committed PTX is what convert.cu compiles to, and ptxas accepts it.
 bash scripts/check-ptx.sh
 
-# The Python package, built into a virtual environment with its peers.
+# The Python package, built into a virtual environment with its peers;
+# then its CUDA paths against the stand-in.
 python=$(bash scripts/python-env.sh)
 "$python" -m pytest -q crates/arrow-device-python/tests
+LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_STANDIN=1 \
+    "$python" -m pytest -q crates/arrow-device-python/tests/test_cuda_standin.py
