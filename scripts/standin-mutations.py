@@ -62,7 +62,7 @@ def run_suites(env):
     cmd = ["cargo", "test", "-p", "arrow-device", "--features", "cuda", *SUITES,
            "--", "--test-threads=1"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    out = done.stdout + done.stderr
+    out = done.stdout + "\n" + done.stderr
     failed = re.findall(r"^test (\S+) \.\.\. FAILED", out, re.M)
     failed += [f"{n} (failed)" for n in re.findall(r"^---- (\S+) stdout ----", out, re.M)
                if n not in failed]

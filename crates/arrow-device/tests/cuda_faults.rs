@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Int32Array, UInt8Array};
 use arrow_device::abi::DeviceType;
-use arrow_device::cai::{CudaArrayInterface, ImportPlan, StreamSync, Value};
+use arrow_device::cai::{ImportPlan, StreamSync};
 use arrow_device::device::cuda;
 use arrow_device::device::DeviceRef;
 use arrow_device::dlpack::export_dlpack_for_stream;
@@ -60,6 +60,7 @@ use arrow_device::{export_array_to, DeviceArray, Result, ValidationLevel};
 use cudarc::driver::sys::{self, CUresult};
 
 use common::assert_same;
+use common::gpu::interface::{plan, values_ptr};
 use common::gpu::standin::{self, Counts};
 use common::gpu::{counter, cuda_device};
 
@@ -502,49 +503,6 @@ fn ready_on_gpu(array: &dyn Array) -> DeviceArray {
     let on_gpu = export_import(array, &cuda_device(DeviceType::CUDA)).expect("export to GPU 0");
     on_gpu.synchronize().expect("the copy to GPU 0");
     on_gpu
-}
-
-/// The address of an array's first value (buffer 1; offset 0).
-fn values_ptr(array: &DeviceArray) -> usize {
-    array.buffers()[1].ptr as usize
-}
-
-/// The interface entries of `len` values of `typestr` at `ptr`.
-fn entries(ptr: usize, len: usize, typestr: &str) -> Vec<(String, Value)> {
-    vec![
-        (
-            "shape".to_string(),
-            Value::Tuple(vec![Value::Int(len as i128)]),
-        ),
-        ("typestr".to_string(), Value::Str(typestr.to_string())),
-        (
-            "data".to_string(),
-            Value::Tuple(vec![Value::Int(ptr as i128), Value::Bool(false)]),
-        ),
-        ("version".to_string(), Value::Int(3)),
-    ]
-}
-
-/// A validated CUDA Array Interface: `len` values of `typestr` at `ptr`,
-/// with an optional mask and stream.
-fn plan(
-    (ptr, len, typestr): (usize, usize, &str),
-    mask: Option<(usize, &str)>,
-    stream: Option<u64>,
-) -> ImportPlan {
-    let mut dict = entries(ptr, len, typestr);
-    if let Some((mask_ptr, mask_type)) = mask {
-        dict.push((
-            "mask".to_string(),
-            Value::Dict(entries(mask_ptr, len, mask_type)),
-        ));
-    }
-    if let Some(stream) = stream {
-        dict.push(("stream".to_string(), Value::Int(stream.into())));
-    }
-    CudaArrayInterface::from_entries(dict)
-        .and_then(|cai| cai.validate())
-        .unwrap()
 }
 
 /// One mask byte per value: non-zero (valid) unless `i % 3 == 0`.

@@ -14,13 +14,14 @@ use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, UInt8Array};
 use arrow_device::abi::DeviceType;
-use arrow_device::cai::{CudaArrayInterface, ImportPlan, StreamSync, Value};
+use arrow_device::cai::StreamSync;
 use arrow_device::device::cuda;
 use arrow_device::dlpack::export_dlpack_for_stream;
 use arrow_device::{export_array_to, DeviceArray, Error};
 use cudarc::driver::sys;
 
 use common::assert_same;
+use common::gpu::interface::{plan, values_ptr};
 use common::gpu::{counter, cuda_device, gpu, import, KINDS};
 
 /// `array` copied onto GPU 0's `kind` memory.
@@ -39,48 +40,6 @@ fn ready_on_gpu(array: &dyn Array, kind: DeviceType) -> DeviceArray {
     let on_gpu = on_gpu(array, kind);
     on_gpu.synchronize().unwrap();
     on_gpu
-}
-
-/// The address of an array's first value (buffer 1; offset 0).
-fn values_ptr(array: &DeviceArray) -> usize {
-    array.buffers()[1].ptr as usize
-}
-
-/// The interface entries of `len` values of `typestr` at `ptr`.
-fn entries(ptr: usize, len: usize, typestr: &str) -> Vec<(String, Value)> {
-    vec![
-        (
-            "shape".to_string(),
-            Value::Tuple(vec![Value::Int(len as i128)]),
-        ),
-        ("typestr".to_string(), Value::Str(typestr.to_string())),
-        (
-            "data".to_string(),
-            Value::Tuple(vec![Value::Int(ptr as i128), Value::Bool(false)]),
-        ),
-        ("version".to_string(), Value::Int(3)),
-    ]
-}
-
-fn plan(
-    data: (usize, usize, &str),
-    mask: Option<(usize, &str)>,
-    stream: Option<u64>,
-) -> ImportPlan {
-    let (ptr, len, typestr) = data;
-    let mut dict = entries(ptr, len, typestr);
-    if let Some((mask_ptr, mask_type)) = mask {
-        dict.push((
-            "mask".to_string(),
-            Value::Dict(entries(mask_ptr, len, mask_type)),
-        ));
-    }
-    if let Some(stream) = stream {
-        dict.push(("stream".to_string(), Value::Int(stream.into())));
-    }
-    CudaArrayInterface::from_entries(dict)
-        .and_then(|cai| cai.validate())
-        .unwrap()
 }
 
 #[test]

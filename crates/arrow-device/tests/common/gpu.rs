@@ -209,3 +209,52 @@ pub mod standin {
         Some(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 }
+
+/// CUDA Array Interface dicts, for the tests that play a producer.
+pub mod interface {
+    use arrow_device::cai::{CudaArrayInterface, ImportPlan, Value};
+    use arrow_device::DeviceArray;
+
+    /// The address of an array's first value (buffer 1; offset 0).
+    pub fn values_ptr(array: &DeviceArray) -> usize {
+        array.buffers()[1].ptr as usize
+    }
+
+    /// The interface entries of `len` values of `typestr` at `ptr`.
+    pub fn entries(ptr: usize, len: usize, typestr: &str) -> Vec<(String, Value)> {
+        vec![
+            (
+                "shape".to_string(),
+                Value::Tuple(vec![Value::Int(len as i128)]),
+            ),
+            ("typestr".to_string(), Value::Str(typestr.to_string())),
+            (
+                "data".to_string(),
+                Value::Tuple(vec![Value::Int(ptr as i128), Value::Bool(false)]),
+            ),
+            ("version".to_string(), Value::Int(3)),
+        ]
+    }
+
+    /// A validated CUDA Array Interface: `len` values of `typestr` at `ptr`,
+    /// with an optional mask and stream.
+    pub fn plan(
+        (ptr, len, typestr): (usize, usize, &str),
+        mask: Option<(usize, &str)>,
+        stream: Option<u64>,
+    ) -> ImportPlan {
+        let mut dict = entries(ptr, len, typestr);
+        if let Some((mask_ptr, mask_type)) = mask {
+            dict.push((
+                "mask".to_string(),
+                Value::Dict(entries(mask_ptr, len, mask_type)),
+            ));
+        }
+        if let Some(stream) = stream {
+            dict.push(("stream".to_string(), Value::Int(stream.into())));
+        }
+        CudaArrayInterface::from_entries(dict)
+            .and_then(|cai| cai.validate())
+            .unwrap()
+    }
+}
