@@ -1182,7 +1182,9 @@ def test_cai_import_of_managed_and_pinned_memory_lands_on_those_devices(producer
     managed = ad.array(Cai(cai(producer.upload(values, "managed"), 12, "<f8"), producer))
     assert managed.device == ad.cuda_managed(gpu)
     assert host_values(managed).to_pylist() == values.tolist()
-    pinned = ad.array(Cai(cai(producer.upload(values, "host"), 12, "<f8"), producer))
+    pinned_pointer = producer.upload(values, "host")
+    assert producer.pointer_attributes(pinned_pointer)[:2] == (CU_MEMORYTYPE_HOST, False)
+    pinned = ad.array(Cai(cai(pinned_pointer, 12, "<f8"), producer))
     assert pinned.device.type is DeviceType.CUDA_HOST
     assert host_values(pinned).to_pylist() == values.tolist()
 
