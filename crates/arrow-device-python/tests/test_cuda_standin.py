@@ -646,7 +646,8 @@ _PyCapsule_GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCa
 _DLTENSOR = b"dltensor"
 _DLTENSOR_VERSIONED = b"dltensor_versioned"
 
-# Tensors handed out and not yet deleted, by address; deleted addresses.
+# Tensors handed out and not yet deleted, by address; the addresses of
+# deleted tensors (since a tensor was last handed out at that address).
 _LIVE_TENSORS = {}
 _DELETED_TENSORS = []
 
@@ -702,6 +703,9 @@ class DLPackProducer:
             managed = DLManagedTensor(tensor, None, deleter)
             name = _DLTENSOR
         address = ctypes.addressof(managed)
+        # A deleted tensor's memory is reused for later ones: deletions
+        # recorded at this address were of an earlier tensor.
+        _DELETED_TENSORS[:] = [a for a in _DELETED_TENSORS if a != address]
         _LIVE_TENSORS[address] = (managed, shape, self)
         self.handed_out.append(address)
         return _PyCapsule_New(address, name, None)
@@ -1868,6 +1872,52 @@ def test_a_failing_stream_synchronize_during_to_cpu_does_not_free_the_destinatio
     assert "DONE" in out, out
 
 
+def test_a_failed_conversion_whose_drain_also_fails_frees_nothing_under_its_kernels():
+    """A `|b1` import with a mask queues two packing kernels; when the
+    second launch fails and the stream cannot even be drained, the bitmap
+    the first kernel writes must not be freed under it (leaked instead, as
+    `drain_then_free` does for copies). Fresh process: the stand-in aborts
+    on such a free."""
+    out = assert_clean_run(
+        run_fresh(
+            f"""
+            import time
+
+            class Cai:
+                def __init__(self, interface, *keep):
+                    self.interface, self.keep = interface, keep
+
+                @property
+                def __cuda_array_interface__(self):
+                    return dict(self.interface)
+
+            n = 100_000
+            data = ad.array(pa.array(np.ones(n, np.uint8))).to(ad.cuda())
+            mask = ad.array(pa.array(np.ones(n, np.uint8))).to(ad.cuda())
+            def interface(array, **extra):
+                pointer = array.__cuda_array_interface__["data"][0]
+                return dict(shape=(n,), typestr="|b1", data=(pointer, False), version=3,
+                            strides=None, stream=None, **extra)
+            def masked():
+                return Cai(interface(data, mask=Cai(interface(mask), mask)), data)
+            assert len(ad.array(masked())) == n  # loads the kernels
+            inject(b"cuLaunchKernel", 2, {CUDA_ERROR_LAUNCH_FAILED})  # the mask's packing
+            inject(b"cuStreamSynchronize", 1, {CUDA_ERROR_UNKNOWN})  # the drain
+            try:
+                ad.array(masked())
+            except RuntimeError as error:
+                print("ERROR:", error)
+            time.sleep(0.2)  # the first kernel runs
+            got = pa.array(ad.array(masked()).to(ad.cpu()))
+            assert got.null_count == 0 and got.to_numpy(zero_copy_only=False).all()
+            print("DONE")
+            """
+        )
+    )
+    assert "ERROR:" in out and "cuLaunchKernel" in out and "CUDA_ERROR_LAUNCH_FAILED" in out, out
+    assert "DONE" in out, out
+
+
 @pytest.mark.parametrize(
     "setting, code",
     [
@@ -1913,7 +1963,8 @@ def test_with_fewer_gpus_the_missing_ones_are_refused_naming_the_count(devices):
         )
     )
     assert f"GPUS {list(range(devices))}" in out, out
-    assert "ERROR:" in out and "CUDA is not available" in out and f"{devices} device(s)" in out, out
+    count = "no GPU" if devices == 0 else f"{devices} device(s)"
+    assert "ERROR:" in out and "CUDA is not available" in out and f"the driver reports {count}" in out, out
 
 
 def test_a_real_out_of_memory_is_an_error_and_a_smaller_copy_still_fits():

@@ -20,7 +20,7 @@ use smallvec::{smallvec, SmallVec};
 use super::interop::raw_stream;
 use super::{device, kernels, pointer_memory_type, CudaDevice};
 use crate::abi::DeviceType;
-use crate::array::copy::PendingMemory;
+use crate::array::copy::{drain_then_free, PendingMemory};
 use crate::array::export::KeepAlive;
 use crate::array::node::{Node, RawBuf};
 use crate::array::DeviceArray;
@@ -107,7 +107,11 @@ fn converted_array(
     let recorded = device
         .create_event()
         .and_then(|event| device.record_event(&event, &stream).map(|()| event));
-    let event = drain_on_error(device, &stream, recorded)?;
+    let event = match recorded {
+        Ok(event) => event,
+        // The kernels may still read `source` and write `memory`.
+        Err(e) => return Err(drain_then_free(device, &stream, (memory, source), e)),
+    };
     let sync_event = event.sync_event();
     let keep: KeepAlive = Arc::new(PendingMemory::new(
         device.clone(),
@@ -208,7 +212,12 @@ pub unsafe fn import_cai(
         }
         Ok(bitmaps)
     })();
-    let bitmaps = drain_on_error(&device, &stream, queued)?;
+    let bitmaps = match queued {
+        Ok(bitmaps) => bitmaps,
+        // Kernels queued before the failure may still read the producer's
+        // memory and write `buffers`.
+        Err(e) => return Err(drain_then_free(&device, &stream, (buffers, owner), e)),
+    };
     converted_array(&device, stream, buffers, Box::new(owner), |keep| {
         // SAFETY: forwarded contract; the bitmaps were made above and
         // `keep` keeps them; the array is ordered after the kernels.
@@ -282,7 +291,9 @@ fn mask_of(
     let queued =
         unsafe { kernels::unpack_bits(&cuda.context, validity, array.offset(), len, dst, raw) }
             .map_err(|e| cuda.error(e));
-    drain_on_error(device, &stream, queued)?;
+    if let Err(e) = queued {
+        return Err(drain_then_free(device, &stream, (buffer, array.clone()), e));
+    }
     let node = Node::primitive(DataType::UInt8, len, RawBuf { ptr: dst, len });
     let bytes = converted_array(
         device,
@@ -305,14 +316,4 @@ fn mask_of(
     // SAFETY: the mask's event, kept by `bytes`.
     interface.stream = unsafe { cuda.stream_after(bytes.sync_event()) }?;
     Ok(CaiMask { interface, bytes })
-}
-
-/// `queued`, or its error once `stream` has drained: a kernel may already
-/// be writing memory that the caller frees when it returns the error.
-fn drain_on_error<T>(device: &DeviceRef, stream: &Stream, queued: Result<T>) -> Result<T> {
-    if queued.is_err() {
-        // The error being returned is the one to report.
-        let _ = device.synchronize_stream(stream);
-    }
-    queued
 }

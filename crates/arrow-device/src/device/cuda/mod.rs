@@ -136,10 +136,14 @@ pub fn device(device_type: DeviceType, ordinal: i64) -> Result<DeviceRef> {
             Error::device(
                 device_type,
                 ordinal,
-                format!(
-                    "no such GPU: the driver reports {count} device(s), ordinals 0 to {}",
-                    count - 1
-                ),
+                if count == 0 {
+                    "no such GPU: the driver reports no GPU".to_string()
+                } else {
+                    format!(
+                        "no such GPU: the driver reports {count} device(s), ordinals 0 to {}",
+                        count - 1
+                    )
+                },
             )
         })?;
     static DEVICES: OnceLock<Mutex<Devices>> = OnceLock::new();
