@@ -34,7 +34,6 @@ then aborts the process) run in a subprocess.
 
 import contextlib
 import ctypes
-import gc
 import os
 import re
 import subprocess
@@ -46,11 +45,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 
 import arrow_device as ad
 from arrow_device import DeviceType
+
+from checks import assert_batch_equal, host_values, raises_cleanly, read_golden, settle
 
 REQUIRE_STANDIN = os.environ.get("ARROW_DEVICE_REQUIRE_STANDIN") == "1"
 
@@ -449,14 +449,6 @@ class Producer:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def settle():
-    """Collects garbage and enters the native module once, so that Python
-    references it dropped without the GIL are released (see conftest)."""
-    gc.collect()
-    ad.cpu()
-    gc.collect()
-
-
 def wait_for_drain(until=None, seconds=DRAIN_SECONDS):
     """Polls the stand-in until no operation is pending (and `until(counts)`
     holds), settling Python between polls; returns the last counts."""
@@ -497,45 +489,6 @@ def cai(pointer, length, typestr, stream=None, mask=None, version=3, **extra):
         interface["mask"] = mask
     interface.update(extra)
     return interface
-
-
-def raises_cleanly(call, expected, *patterns):
-    """Runs `call`, which must raise `expected` (a type or tuple) whose
-    message matches every regex in `patterns` (case-insensitive); a
-    `PanicException` (a BaseException) fails the test whatever `expected`
-    says. Returns the exception."""
-    try:
-        call()
-    except BaseException as error:  # noqa: B036 - PanicException is a BaseException
-        name = f"{type(error).__module__}.{type(error).__name__}"
-        assert type(error).__name__ != "PanicException", f"a panic reached Python: {error}"
-        assert isinstance(error, Exception), f"{name} is not an Exception: {error}"
-        assert isinstance(error, expected), f"expected {expected}, got {name}: {error}"
-        message = str(error)
-        assert message, f"{name} has no message"
-        for pattern in patterns:
-            assert re.search(pattern, message, re.IGNORECASE), (pattern, message)
-        return error
-    pytest.fail(f"expected {expected}, nothing was raised")
-
-
-def host_values(device_array):
-    """The array's values as a pyarrow array, copied to the CPU."""
-    back = device_array.to(ad.cpu())
-    assert back.device == ad.cpu()
-    return pa.array(back)
-
-
-def read_golden(path):
-    with ipc.open_stream(path) as reader:
-        return reader.schema, list(reader)
-
-
-def assert_batch_equal(got, expected):
-    assert isinstance(got, pa.RecordBatch)
-    assert got.schema.equals(expected.schema, check_metadata=True), (got.schema, expected.schema)
-    assert got.num_rows == expected.num_rows
-    assert got.equals(expected, check_metadata=True)
 
 
 def odd_windows(num_rows):
@@ -734,22 +687,6 @@ def dlpack_struct(capsule):
         byte_offset=t.byte_offset,
     )
     return name, tensor, version, flags
-
-
-class DLPackOnly:
-    """Exposes only an object's DLPack methods, recording each call's
-    keyword arguments."""
-
-    def __init__(self, target):
-        self.target = target
-        self.calls = []
-
-    def __dlpack__(self, **kwargs):
-        self.calls.append(kwargs)
-        return self.target.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.target.__dlpack_device__()
 
 
 # --- fixtures --------------------------------------------------------------------------
@@ -1488,10 +1425,10 @@ def test_dlpack_export_refuses_what_it_cannot_carry():
 
 
 @pytest.mark.parametrize("gpu", GPUS)
-def test_dlpack_import_of_an_arrow_device_cuda_array_is_zero_copy(gpu):
+def test_dlpack_import_of_an_arrow_device_cuda_array_is_zero_copy(gpu, dlpack_only):
     values = pa.array(np.arange(16, dtype=np.int64))
     a = ad.array(values).to(ad.cuda(gpu))
-    wrapped = DLPackOnly(a)
+    wrapped = dlpack_only(a)
     b = ad.array(wrapped)
     assert wrapped.calls, "__dlpack__ was not called"
     stream = wrapped.calls[-1].get("stream")
@@ -1502,11 +1439,11 @@ def test_dlpack_import_of_an_arrow_device_cuda_array_is_zero_copy(gpu):
     assert host_values(b).equals(values)
 
 
-def test_dlpack_import_of_a_pending_arrow_device_array_waits_for_it(producer):
+def test_dlpack_import_of_a_pending_arrow_device_array_waits_for_it(producer, dlpack_only):
     values = np.arange(1024, dtype=np.int32)
     a, _, _ = pending_import(producer, values, "<i4")
     copy = a.to(ad.cuda(1))
-    b = ad.array(DLPackOnly(copy))
+    b = ad.array(dlpack_only(copy))
     assert b.device == ad.cuda(1)
     assert b.__cuda_array_interface__["stream"] is not None  # still pending
     assert host_values(b).to_numpy().tobytes() == values.tobytes()

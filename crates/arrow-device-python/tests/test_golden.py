@@ -13,12 +13,9 @@ import pytest
 
 import arrow_device as ad
 
+from checks import assert_batch_equal, read_golden
+
 EMULATED_ID = 1
-
-
-def read_golden(path):
-    with ipc.open_stream(path) as reader:
-        return reader.schema, list(reader)
 
 
 def slices_of(batch):
@@ -34,13 +31,6 @@ def slices_of(batch):
         windows.append((3, n - 3))
     windows.append((n, 0))
     return windows
-
-
-def assert_batch_equal(got, expected):
-    assert isinstance(got, pa.RecordBatch)
-    assert got.schema.equals(expected.schema, check_metadata=True), (got.schema, expected.schema)
-    assert got.num_rows == expected.num_rows
-    assert got.equals(expected, check_metadata=True)
 
 
 def test_golden_directory_holds_the_32_streams(golden_files):
