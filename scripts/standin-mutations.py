@@ -17,11 +17,11 @@ SRC = "crates/arrow-device/src"
 MUTATIONS = [
     (
         "no cuStreamWaitEvent on the producer's event before reading offsets",
-        f"{SRC}/array/import.rs",
-        "                unsafe { device.stream_wait_sync_event(&s, sync_event) }?;\n"
-        "                staging = vec![0u8; self.reads.len() * 8];",
-        "                let _ = sync_event;\n"
-        "                staging = vec![0u8; self.reads.len() * 8];",
+        f"{SRC}/array/device_reads.rs",
+        "                    unsafe { device.stream_wait_sync_event(&stream, sync_event) }?;\n"
+        "                    own_stream.insert(stream)",
+        "                    let _ = sync_event;\n"
+        "                    own_stream.insert(stream)",
     ),
     (
         "no context pushed around a driver call",

@@ -14,8 +14,8 @@ use arrow_buffer::Buffer;
 use arrow_schema::DataType;
 use smallvec::{smallvec, SmallVec};
 
+use crate::array::device_reads::{read_values, After, DeviceRead};
 use crate::array::export::KeepAlive;
-use crate::array::import::read_value;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
 use crate::device::{DeviceBuffer, DeviceRef, Event, Stream};
@@ -347,43 +347,34 @@ fn for_each_node_mut(node: &mut Node, f: &mut impl FnMut(&mut Node)) {
 /// their offsets, so they are neither read here nor trusted later: the
 /// import validated exactly the two offsets read here (`array::import`).
 fn narrow_string_data(node: &mut Node, src: &DeviceRef, stream: &Stream) -> Result<()> {
-    let mut reads: Vec<(*const u8, usize)> = Vec::new();
+    let mut reads: Vec<DeviceRead> = Vec::new();
     for_each_node_mut(node, &mut |n| {
         if is_narrowable(n) {
             let width = offset_width(&n.data_type);
             let offsets = n.buffers[1].ptr;
-            reads.push((offsets.wrapping_add(n.offset * width), width));
-            reads.push((offsets.wrapping_add(n.slots() * width), width));
+            for slot in [n.offset, n.slots()] {
+                reads.push(DeviceRead {
+                    ptr: offsets.wrapping_add(slot * width),
+                    width,
+                    host: false,
+                });
+            }
         }
     });
     if reads.is_empty() {
         return Ok(());
     }
-    let mut staging = vec![0u8; reads.len() * 8];
-    for (i, &(ptr, width)) in reads.iter().enumerate() {
-        // SAFETY: `ptr` lies inside an offsets buffer of `src` that the
-        // import sized for `slots + 1` offsets; the slot outlives the sync.
-        let queued = unsafe { src.copy_to_host(ptr, staging[i * 8..].as_mut_ptr(), width, stream) };
-        if let Err(e) = queued {
-            return Err(drain_then_free(src, stream, staging, e));
-        }
-    }
-    if let Err(e) = src.synchronize_stream(stream) {
-        // The copies' end is unknown: leak the slots, never free them
-        // under the copies.
-        std::mem::forget(staging);
-        return Err(e);
-    }
-    // SAFETY: slot `i` of `staging` holds 8 initialized bytes.
-    let value = |i: usize, width: usize| unsafe { read_value(staging[i * 8..].as_ptr(), width) };
+    // SAFETY: each read lies inside an offsets buffer of `src` that the
+    // import sized for `slots + 1` offsets; `stream` waits on the
+    // producer's event.
+    let values = unsafe { read_values(src, After::Stream(stream), &reads) }?;
     let mut next = 0;
     let mut invalid = None;
     for_each_node_mut(node, &mut |n| {
         if !is_narrowable(n) {
             return;
         }
-        let width = offset_width(&n.data_type);
-        let (first, last) = (value(next, width), value(next + 1, width));
+        let (first, last) = (values[next], values[next + 1]);
         next += 2;
         let data = &mut n.buffers[2];
         match (usize::try_from(first), usize::try_from(last)) {

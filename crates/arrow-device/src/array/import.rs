@@ -14,6 +14,7 @@ use arrow_schema::{DataType, UnionMode};
 use smallvec::SmallVec;
 
 use crate::abi::raw;
+use crate::array::device_reads::{read_values, After, DeviceRead};
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, Pending, RawBuf};
 use crate::device::DeviceRef;
@@ -24,22 +25,12 @@ use crate::validate::ValidationLevel;
 /// struct, and the walk is recursive.
 pub(crate) const MAX_DEPTH: usize = 64;
 
-/// One value to read: `width` bytes (4 or 8, signed) at `ptr`.
-#[derive(Debug, Clone, Copy)]
-struct Read {
-    ptr: *const u8,
-    width: usize,
-    /// Host memory even though the array lives on a device (the variadic
-    /// sizes buffer as Arrow C++ exports it).
-    host: bool,
-}
-
 pub(crate) struct Importer<'d> {
     level: ValidationLevel,
     /// `None` for device types without an implementation (opaque import).
     device: Option<&'d DeviceRef>,
     /// Inline for small trees: no allocation for one string column.
-    reads: SmallVec<[Read; 4]>,
+    reads: SmallVec<[DeviceRead; 4]>,
 }
 
 impl<'d> Importer<'d> {
@@ -252,12 +243,12 @@ impl<'d> Importer<'d> {
                         let first = self.reads.len();
                         // SAFETY: pointer arithmetic only; the read happens
                         // through the device (or after the event on the host).
-                        self.reads.push(Read {
+                        self.reads.push(DeviceRead {
                             ptr: ptr.wrapping_add(offset * w),
                             width: *w,
                             host: false,
                         });
-                        self.reads.push(Read {
+                        self.reads.push(DeviceRead {
                             ptr: ptr.wrapping_add(slots * w),
                             width: *w,
                             host: false,
@@ -304,7 +295,7 @@ impl<'d> Importer<'d> {
                     ptr: raw_buffers[kinds.len() + j].cast(),
                     len: 0,
                 });
-                self.reads.push(Read {
+                self.reads.push(DeviceRead {
                     ptr: sizes_ptr.wrapping_add(j * 8),
                     width: 8,
                     host,
@@ -359,7 +350,7 @@ impl<'d> Importer<'d> {
                         .ptr
                         .wrapping_add((run_ends.slots() - 1) * w);
                     let read = self.reads.len();
-                    self.reads.push(Read {
+                    self.reads.push(DeviceRead {
                         ptr: last,
                         width: w,
                         host: false,
@@ -371,78 +362,15 @@ impl<'d> Importer<'d> {
         Ok(node)
     }
 
-    /// Reads every pending value: host memory directly, device memory through
-    /// one stream that first waits on the producer's event, synchronized once.
+    /// Reads every pending value, in one batch after the producer's event.
     fn read_all(&self, device: &DeviceRef, sync_event: *mut c_void) -> Result<SmallVec<[i64; 4]>> {
-        let mut values: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; self.reads.len()];
         if self.reads.is_empty() {
-            return Ok(values);
+            return Ok(SmallVec::new());
         }
-        let host_readable = device.is_cpu_accessible();
-        if host_readable {
-            // SAFETY: the producer's event for this device (or NULL).
-            unsafe { device.synchronize_sync_event(sync_event) }?;
-        }
-        // Device reads land in `staging` (8 bytes a read) and are decoded
-        // after the single synchronization; host reads are decoded at once.
-        let mut staging = Vec::new();
-        let mut stream = None;
-        for (i, read) in self.reads.iter().enumerate() {
-            if host_readable || read.host {
-                // SAFETY: host-readable memory, inside a buffer the
-                // structural checks sized; `read_value` reads unaligned.
-                values[i] = unsafe { read_value(read.ptr, read.width) };
-                continue;
-            }
-            if stream.is_none() {
-                let s = device.create_stream()?;
-                // SAFETY: the producer's event for this device (or NULL).
-                unsafe { device.stream_wait_sync_event(&s, sync_event) }?;
-                staging = vec![0u8; self.reads.len() * 8];
-                stream = Some(s);
-            }
-            if let Some(s) = &stream {
-                // SAFETY: `read.ptr` lies inside a device buffer the
-                // structural checks sized; the slot has 8 bytes and outlives
-                // the synchronization below.
-                let queued = unsafe {
-                    device.copy_to_host(read.ptr, staging[i * 8..].as_mut_ptr(), read.width, s)
-                };
-                if let Err(e) = queued {
-                    return Err(crate::array::copy::drain_then_free(device, s, staging, e));
-                }
-            }
-        }
-        if let Some(s) = &stream {
-            if let Err(e) = device.synchronize_stream(s) {
-                // The copies' end is unknown: leak the slots, never free
-                // them under the copies.
-                std::mem::forget(staging);
-                return Err(e);
-            }
-            for (i, read) in self.reads.iter().enumerate() {
-                if !(host_readable || read.host) {
-                    // SAFETY: slot `i` of `staging` holds 8 initialized bytes.
-                    values[i] = unsafe { read_value(staging[i * 8..].as_ptr(), read.width) };
-                }
-            }
-        }
-        Ok(values)
-    }
-}
-
-/// Reads a signed native-endian integer of `width` bytes.
-///
-/// # Safety
-/// `ptr` must be host-readable for `width` bytes (no alignment needed).
-pub(crate) unsafe fn read_value(ptr: *const u8, width: usize) -> i64 {
-    // SAFETY: guaranteed by the caller; read_unaligned has no alignment needs.
-    unsafe {
-        match width {
-            2 => std::ptr::read_unaligned(ptr.cast::<i16>()) as i64,
-            4 => std::ptr::read_unaligned(ptr.cast::<i32>()) as i64,
-            _ => std::ptr::read_unaligned(ptr.cast::<i64>()),
-        }
+        // SAFETY: every read lies inside a buffer the structural checks
+        // sized, in host memory where `host` is set; `sync_event` is the
+        // producer's event for this device (or NULL).
+        unsafe { read_values(device, After::SyncEvent(sync_event), &self.reads) }
     }
 }
 

@@ -23,6 +23,7 @@
 //! ```
 pub(crate) mod copy;
 mod device_array;
+mod device_reads;
 pub(crate) mod export;
 mod host_memory;
 mod import;

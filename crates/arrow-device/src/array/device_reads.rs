@@ -1,0 +1,131 @@
+//! Reads of data-dependent sizes (offsets, run ends, variadic sizes) out of
+//! an array's memory, batched: the one place that reads integers a device
+//! holds. The import reads buffer sizes through it, and the copy to the
+//! host reads the two offsets that bound each large string buffer.
+//!
+//! Device memory is read with one copy per value into 8-byte host slots,
+//! all queued on one stream ordered after the producer, then one host
+//! synchronization for the whole batch. The slots are never freed while a
+//! copy may still write them: a failure drains the stream first, and when
+//! even the wait fails they are leaked.
+
+use std::ffi::c_void;
+
+use smallvec::SmallVec;
+
+use crate::array::copy::drain_then_free;
+use crate::device::{DeviceRef, Stream};
+use crate::error::Result;
+
+/// One signed, native-endian value of `width` bytes (2, 4 or 8) to read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeviceRead {
+    pub(crate) ptr: *const u8,
+    pub(crate) width: usize,
+    /// Host memory although the array lives on a device (the variadic
+    /// sizes buffer as Arrow C++ exports it): read directly.
+    pub(crate) host: bool,
+}
+
+/// What the reads must come after.
+#[derive(Clone, Copy)]
+pub(crate) enum After<'s> {
+    /// The producer's `sync_event` for the device (or NULL): waited on the
+    /// host for host-accessible memory, by a stream of ours otherwise.
+    SyncEvent(*mut c_void),
+    /// A stream of the device already ordered after the producer.
+    Stream(&'s Stream),
+}
+
+/// Reads every value of `reads`, in order.
+///
+/// # Safety
+/// Each read's `ptr` must be valid for `width` bytes: host-readable where
+/// `host` is set or the device is host-accessible, device memory of
+/// `device` otherwise. A `SyncEvent` is the producer's event for `device`,
+/// or NULL.
+pub(crate) unsafe fn read_values(
+    device: &DeviceRef,
+    after: After<'_>,
+    reads: &[DeviceRead],
+) -> Result<SmallVec<[i64; 4]>> {
+    let mut values: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; reads.len()];
+    let host_accessible = device.is_cpu_accessible();
+    if host_accessible {
+        if let After::SyncEvent(sync_event) = after {
+            // SAFETY: the producer's event for this device (or NULL).
+            unsafe { device.synchronize_sync_event(sync_event) }?;
+        }
+    }
+    let on_device = |read: &DeviceRead| !(host_accessible || read.host);
+    let mut own_stream = None;
+    let mut staging: Option<Vec<u8>> = None;
+    for (i, read) in reads.iter().enumerate() {
+        if !on_device(read) {
+            // SAFETY: host-readable for `width` bytes, per the contract;
+            // `read_value` reads unaligned.
+            values[i] = unsafe { read_value(read.ptr, read.width) };
+            continue;
+        }
+        let stream = match after {
+            After::Stream(stream) => stream,
+            After::SyncEvent(sync_event) => match &own_stream {
+                Some(stream) => stream,
+                None => {
+                    let stream = device.create_stream()?;
+                    // SAFETY: the producer's event for this device (or NULL).
+                    unsafe { device.stream_wait_sync_event(&stream, sync_event) }?;
+                    own_stream.insert(stream)
+                }
+            },
+        };
+        let slots = staging.get_or_insert_with(|| vec![0u8; reads.len() * 8]);
+        // SAFETY: `read.ptr` is device memory valid for `width <= 8` bytes
+        // (the contract); slot `i` has 8 bytes and is not freed before the
+        // copy has run (below).
+        let queued = unsafe {
+            device.copy_to_host(read.ptr, slots[i * 8..].as_mut_ptr(), read.width, stream)
+        };
+        if let Err(e) = queued {
+            return Err(drain_then_free(device, stream, staging, e));
+        }
+    }
+    let Some(slots) = staging else {
+        return Ok(values);
+    };
+    let stream = match (after, &own_stream) {
+        (After::Stream(stream), _) => stream,
+        (After::SyncEvent(_), Some(stream)) => stream,
+        // Slots exist only once a device read was queued on a stream.
+        (After::SyncEvent(_), None) => return Ok(values),
+    };
+    if let Err(e) = device.synchronize_stream(stream) {
+        // The copies' end is unknown: leak the slots, never free them
+        // under the copies.
+        std::mem::forget(slots);
+        return Err(e);
+    }
+    for (i, read) in reads.iter().enumerate() {
+        if on_device(read) {
+            // SAFETY: slot `i` holds 8 initialized bytes, written by the
+            // completed copy.
+            values[i] = unsafe { read_value(slots[i * 8..].as_ptr(), read.width) };
+        }
+    }
+    Ok(values)
+}
+
+/// Reads a signed native-endian integer of `width` bytes.
+///
+/// # Safety
+/// `ptr` must be host-readable for `width` bytes (no alignment needed).
+unsafe fn read_value(ptr: *const u8, width: usize) -> i64 {
+    // SAFETY: guaranteed by the caller; read_unaligned has no alignment needs.
+    unsafe {
+        match width {
+            2 => std::ptr::read_unaligned(ptr.cast::<i16>()) as i64,
+            4 => std::ptr::read_unaligned(ptr.cast::<i32>()) as i64,
+            _ => std::ptr::read_unaligned(ptr.cast::<i64>()),
+        }
+    }
+}
