@@ -13,6 +13,8 @@ use crate::result::{self, CUresult};
 pub struct Settings {
     pub devices: i32,
     pub delay: Duration,
+    /// How long work nobody waits on stays queued (see `stream`).
+    pub lazy: Duration,
     pub memory_per_device: u64,
     pub faults: Vec<(String, u32, CUresult)>,
 }
@@ -22,6 +24,7 @@ impl Default for Settings {
         Settings {
             devices: 2,
             delay: Duration::from_micros(200),
+            lazy: Duration::from_millis(20),
             memory_per_device: 4096 << 20,
             faults: Vec::new(),
         }
@@ -48,6 +51,9 @@ impl Settings {
         }
         if let Some(n) = number("CUDA_STANDIN_DELAY_US", 10_000_000)? {
             settings.delay = Duration::from_micros(n);
+        }
+        if let Some(n) = number("CUDA_STANDIN_LAZY_US", 10_000_000)? {
+            settings.lazy = Duration::from_micros(n);
         }
         if let Some(n) = number("CUDA_STANDIN_MEMORY_MIB", 1 << 20)? {
             settings.memory_per_device = n << 20;

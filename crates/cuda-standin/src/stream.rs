@@ -4,6 +4,14 @@
 //! record, or the work of another stream that the legacy default stream's
 //! rules put before it).
 //!
+//! Work nobody waits on is lazy: it runs only `lazy` (default 20 ms) after
+//! being queued, while work the host waits for (a stream or event
+//! synchronization, a synchronous copy) is *forced* and runs after the short
+//! delay, forcing in turn what it was ordered after (the streams and event
+//! records it depends on). So a stream that reads another stream's results
+//! without waiting on its event reads them before that stream has written
+//! them (poison), deterministically, instead of by the luck of timing.
+//!
 //! Completion is published on one process-wide condition variable
 //! ([`wait_until`]): waits on several streams and events need no lock order.
 
@@ -69,6 +77,14 @@ pub enum After {
 }
 
 impl After {
+    /// Makes what this waits for run without the lazy delay.
+    fn force(&self) {
+        match self {
+            After::Stream(stream, ticket) => stream.force(*ticket),
+            After::Event(event, generation) => event.force(*generation),
+        }
+    }
+
     fn done(&self) -> bool {
         match self {
             After::Stream(stream, ticket) => lock(&stream.queue).completed >= *ticket,
@@ -80,7 +96,7 @@ impl After {
 /// A queued operation.
 struct Op {
     ticket: u64,
-    not_before: Instant,
+    queued_at: Instant,
     after: Vec<After>,
     work: Work,
     /// Allocations it reads or writes: their `pending` counts it.
@@ -93,6 +109,8 @@ struct Op {
 struct Queue {
     enqueued: u64,
     completed: u64,
+    /// Operations up to this ticket run without the lazy delay.
+    forced: u64,
     ops: VecDeque<Op>,
     worker: bool,
 }
@@ -218,15 +236,12 @@ impl Stream {
         control::counters()
             .pending_operations
             .fetch_add(1, Ordering::SeqCst);
-        let delay = crate::driver::driver()
-            .map(|d| d.settings.delay)
-            .unwrap_or_default();
         let mut queue = lock(&self.queue);
         queue.enqueued += 1;
         let ticket = queue.enqueued;
         queue.ops.push_back(Op {
             ticket,
-            not_before: Instant::now() + delay,
+            queued_at: Instant::now(),
             after,
             work,
             uses,
@@ -247,9 +262,45 @@ impl Stream {
         ticket
     }
 
-    /// Blocks until the operation with `ticket` has run.
+    /// Makes the operations up to `ticket` run without the lazy delay.
+    pub fn force(&self, ticket: u64) {
+        let mut queue = lock(&self.queue);
+        if ticket > queue.forced {
+            queue.forced = ticket;
+            self.wake.notify_all();
+        }
+    }
+
+    /// Blocks until the operation with `ticket` has run (forcing it).
     pub fn wait_for(&self, ticket: u64) {
+        self.force(ticket);
         wait_until(|| lock(&self.queue).completed >= ticket);
+    }
+
+    /// Waits until `op` may run: the short delay after it was queued once
+    /// it is forced, the lazy one otherwise.
+    fn wait_turn(&self, op: &Op) {
+        let (delay, lazy) = crate::driver::driver()
+            .map(|d| (d.settings.delay, d.settings.lazy))
+            .unwrap_or_default();
+        let mut queue = lock(&self.queue);
+        loop {
+            let wait = if queue.forced >= op.ticket {
+                delay
+            } else {
+                lazy.max(delay)
+            };
+            let now = Instant::now();
+            let due = op.queued_at + wait;
+            if due <= now {
+                return;
+            }
+            queue = self
+                .wake
+                .wait_timeout(queue, due - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// The worker: runs the queue in order; ends once it has been idle for
@@ -273,10 +324,8 @@ impl Stream {
                     }
                 }
             };
-            let now = Instant::now();
-            if op.not_before > now {
-                std::thread::sleep(op.not_before - now);
-            }
+            self.wait_turn(&op);
+            op.after.iter().for_each(After::force);
             wait_until(|| op.after.iter().all(After::done));
             run(&op.work);
             {
@@ -358,6 +407,8 @@ pub struct Event {
     pub handle: usize,
     pub context: usize,
     state: Mutex<(u64, u64)>,
+    /// The stream and ticket of the latest record, to force it.
+    recorded_on: Mutex<Option<(Arc<Stream>, u64)>>,
 }
 
 impl Event {
@@ -366,6 +417,7 @@ impl Event {
             handle: crate::driver::new_handle(),
             context,
             state: Mutex::new((0, 0)),
+            recorded_on: Mutex::new(None),
         })
     }
 
@@ -379,6 +431,20 @@ impl Event {
     /// The latest record's generation (0: never recorded).
     pub fn recorded(&self) -> u64 {
         lock(&self.state).0
+    }
+
+    /// Notes where the record of the latest generation was queued.
+    pub fn recorded_at(&self, stream: &Arc<Stream>, ticket: u64) {
+        *lock(&self.recorded_on) = Some((Arc::clone(stream), ticket));
+    }
+
+    /// Makes the latest record (which completes `generation` and any
+    /// before it) run without the lazy delay.
+    pub fn force(&self, _generation: u64) {
+        let recorded = lock(&self.recorded_on).clone();
+        if let Some((stream, ticket)) = recorded {
+            stream.force(ticket);
+        }
     }
 
     pub fn completed(&self) -> u64 {

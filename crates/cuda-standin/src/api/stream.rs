@@ -129,7 +129,15 @@ entry_points! {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         let generation = event.next_record();
-        stream.enqueue(&context, Work::Record(event, generation), Vec::new(), Vec::new(), Vec::new(), None);
+        let ticket = stream.enqueue(
+            &context,
+            Work::Record(Arc::clone(&event), generation),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            None,
+        );
+        event.recorded_at(&stream, ticket);
         Ok(())
     }
 
@@ -145,6 +153,7 @@ entry_points! {
     fn cuEventSynchronize(event_handle: usize) {
         let event = event(event_handle)?;
         let generation = event.recorded();
+        event.force(generation);
         crate::stream::wait_until(|| event.completed() >= generation);
         Ok(())
     }

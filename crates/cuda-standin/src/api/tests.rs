@@ -380,3 +380,32 @@ fn an_injected_fault_fails_exactly_the_nth_call() {
         cuEventDestroy_v2(e[2]);
     }
 }
+
+#[test]
+fn a_stream_that_skips_the_producers_event_reads_poison_one_that_waits_reads_values() {
+    setup(0);
+    let (producer, consumer) = (stream(1), stream(1));
+    let ptr = device_alloc(4);
+    let done = event();
+    let mut seen = [0u32; 2];
+    // SAFETY: valid handles and buffers, read after the synchronizations.
+    unsafe {
+        // The producer's memset is lazy: nobody waits on it yet.
+        assert_eq!(cuMemsetD32Async(ptr, 7, 1, producer), CUDA_SUCCESS);
+        assert_eq!(cuEventRecord(done, producer), CUDA_SUCCESS);
+        // Without a wait, the consumer's forced copy runs first.
+        cuMemcpyDtoHAsync_v2(seen.as_mut_ptr().cast(), ptr, 4, consumer);
+        assert_eq!(cuStreamSynchronize(consumer), CUDA_SUCCESS);
+        // With one, the wait forces the producer's record and what precedes it.
+        assert_eq!(cuStreamWaitEvent(consumer, done, 0), CUDA_SUCCESS);
+        cuMemcpyDtoHAsync_v2(seen[1..].as_mut_ptr().cast(), ptr, 4, consumer);
+        assert_eq!(cuStreamSynchronize(consumer), CUDA_SUCCESS);
+        cuEventDestroy_v2(done);
+        cuStreamSynchronize(producer);
+        cuMemFree_v2(ptr);
+        cuStreamDestroy_v2(producer);
+        cuStreamDestroy_v2(consumer);
+    }
+    assert_eq!(seen[0], u32::from_ne_bytes([POISON; 4]));
+    assert_eq!(seen[1], 7);
+}
