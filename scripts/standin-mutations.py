@@ -18,19 +18,20 @@ MUTATIONS = [
     (
         "no cuStreamWaitEvent on the producer's event before reading offsets",
         f"{SRC}/array/device_reads.rs",
-        "                    unsafe { device.stream_wait_sync_event(&stream, sync_event) }?;\n"
-        "                    own_stream.insert(stream)",
-        "                    let _ = sync_event;\n"
-        "                    own_stream.insert(stream)",
+        "            unsafe { device.stream_wait_sync_event(&own_stream, sync_event) }?;\n"
+        "            &own_stream",
+        "            let _ = sync_event;\n"
+        "            &own_stream",
     ),
     (
         "no context pushed around a driver call",
         f"{SRC}/device/cuda/driver.rs",
-        "        call(&format!(\"{what}: cuCtxPushCurrent\"), || {\n"
+        "        call(\"cuCtxPushCurrent\", || {\n"
         "            // SAFETY: `self.ctx` is a primary context retained for the life\n"
         "            // of the process.\n"
         "            unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }.result()\n"
-        "        })?;\n"
+        "        })\n"
+        "        .map_err(for_call)?;\n"
         "        let _pop = Pushed;\n",
         "",
     ),

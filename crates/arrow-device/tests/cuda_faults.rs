@@ -179,10 +179,6 @@ fn calls(entry: &str) -> u64 {
     unsafe { control::<CallsOf>("cuStandinCalls")(name.as_ptr()) }
 }
 
-fn counts() -> Counts {
-    standin::counts().expect("the stand-in is loaded")
-}
-
 /// One failing call: call `nth` (1 = the next) of `entry` from now on
 /// returns `code`.
 #[derive(Debug, Clone, Copy)]
@@ -326,10 +322,10 @@ fn objects(c: &Counts) -> [u64; 5] {
 /// 10 s at most.
 fn settled() -> Counts {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut last = counts();
+    let mut last = standin::counts_now();
     loop {
         std::thread::sleep(Duration::from_millis(20));
-        let now = counts();
+        let now = standin::counts_now();
         if (now == last && now.pending_operations == 0) || Instant::now() > deadline {
             return now;
         }
@@ -348,12 +344,7 @@ fn assert_back_to(when: &str, before: &Counts, kept: Kept) {
         before.modules + kept.modules,
         before.retained_contexts + kept.contexts,
     ];
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut now = counts();
-    while !(now.pending_operations == 0 && objects(&now) == expected) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-        now = counts();
-    }
+    let now = standin::wait_for_counts(|c| c.pending_operations == 0 && objects(c) == expected);
     assert_eq!(
         now.violations,
         before.violations,
@@ -584,7 +575,7 @@ fn import_interface(
 #[test]
 fn cu_init() {
     isolated("cu_init", &[], || {
-        let before = counts();
+        let before = standin::counts_now();
         let fault = Fault::new("cuInit", 1, CUresult::CUDA_ERROR_NO_DEVICE);
         let first = expect_failure(&fault, armed(&fault, || cuda::device(DeviceType::CUDA, 0)));
         assert!(!cuda::is_available(), "{fault}: is_available");
@@ -601,7 +592,7 @@ fn cu_init() {
 #[test]
 fn cu_device_get_count() {
     isolated("cu_device_get_count", &[], || {
-        let before = counts();
+        let before = standin::counts_now();
         let fault = Fault::new("cuDeviceGetCount", 1, CUresult::CUDA_ERROR_UNKNOWN);
         let first = expect_failure(&fault, armed(&fault, || cuda::device(DeviceType::CUDA, 0)));
         assert!(!cuda::is_available(), "{fault}: is_available");
@@ -1137,7 +1128,11 @@ fn kernels_fail_on_first_use(fault: Fault) {
     let owner = producers.owner();
     let plan = producers.masked_ints();
     let expected = MaskedInterfaces::expected_ints();
-    assert_eq!(counts().modules, 0, "no module loaded before the test");
+    assert_eq!(
+        standin::counts_now().modules,
+        0,
+        "no module loaded before the test"
+    );
     fails_on_first_use(
         fault,
         || import_interface(&plan, &owner),

@@ -131,11 +131,7 @@ pub fn count_call(entry: &'static str) -> Option<CUresult> {
 /// Makes the `nth` call of `entry` from now on fail with `code`.
 pub fn inject(entry: &str, nth: u32, code: CUresult) {
     let mut calls = lock(calls());
-    let done = calls
-        .counts
-        .iter()
-        .find(|(name, _)| **name == entry)
-        .map_or(0, |(_, n)| *n);
+    let done = calls.counts.get(entry).copied().unwrap_or(0);
     calls
         .faults
         .entry(entry.to_string())
@@ -148,11 +144,7 @@ pub fn clear_faults() {
 }
 
 pub fn calls_of(entry: &str) -> u64 {
-    lock(calls())
-        .counts
-        .iter()
-        .find(|(name, _)| **name == entry)
-        .map_or(0, |(_, n)| *n)
+    lock(calls()).counts.get(entry).copied().unwrap_or(0)
 }
 
 /// Live objects, for `cuStandinCounts`.

@@ -18,7 +18,7 @@ use crate::array::device_reads::{read_values, After, DeviceRead};
 use crate::array::export::KeepAlive;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
-use crate::device::{DeviceBuffer, DeviceRef, Event, Stream};
+use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Event, Stream};
 use crate::error::{Error, Path, Result};
 
 /// Alignment of every buffer inside a tree's allocation.
@@ -209,22 +209,6 @@ pub(crate) fn device_to_device(
     let (host_node, host_memory) = device_to_host(node, src, sync_event)?;
     let keep: KeepAlive = Arc::new(host_memory);
     host_to_device(&host_node, keep, dst)
-}
-
-/// `error`, once `owned` (memory that work queued on `stream` may still
-/// write) is safe to free: after the stream has drained. When even that
-/// wait fails, nobody can say when the work ends, so `owned` is leaked
-/// rather than freed under it.
-pub(crate) fn drain_then_free<T>(
-    device: &DeviceRef,
-    stream: &Stream,
-    owned: T,
-    error: Error,
-) -> Error {
-    if device.synchronize_stream(stream).is_err() {
-        std::mem::forget(owned);
-    }
-    error
 }
 
 fn finish_device_copy(

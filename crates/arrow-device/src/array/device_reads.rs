@@ -13,8 +13,7 @@ use std::ffi::c_void;
 
 use smallvec::SmallVec;
 
-use crate::array::copy::drain_then_free;
-use crate::device::{DeviceRef, Stream};
+use crate::device::{drain_then_free, DeviceRef, Stream};
 use crate::error::Result;
 
 /// One signed, native-endian value of `width` bytes (2, 4 or 8) to read.
@@ -50,36 +49,37 @@ pub(crate) unsafe fn read_values(
     reads: &[DeviceRead],
 ) -> Result<SmallVec<[i64; 4]>> {
     let mut values: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; reads.len()];
+    if reads.is_empty() {
+        return Ok(values);
+    }
     let host_accessible = device.is_cpu_accessible();
-    if host_accessible {
-        if let After::SyncEvent(sync_event) = after {
-            // SAFETY: the producer's event for this device (or NULL).
-            unsafe { device.synchronize_sync_event(sync_event) }?;
-        }
+    if let (true, After::SyncEvent(sync_event)) = (host_accessible, after) {
+        // SAFETY: the producer's event for this device (or NULL).
+        unsafe { device.synchronize_sync_event(sync_event) }?;
     }
     let on_device = |read: &DeviceRead| !(host_accessible || read.host);
-    let mut own_stream = None;
-    let mut staging: Option<Vec<u8>> = None;
-    for (i, read) in reads.iter().enumerate() {
+    for (value, read) in values.iter_mut().zip(reads) {
         if !on_device(read) {
             // SAFETY: host-readable for `width` bytes, per the contract;
             // `read_value` reads unaligned.
-            values[i] = unsafe { read_value(read.ptr, read.width) };
-            continue;
+            *value = unsafe { read_value(read.ptr, read.width) };
         }
-        let stream = match after {
-            After::Stream(stream) => stream,
-            After::SyncEvent(sync_event) => match &own_stream {
-                Some(stream) => stream,
-                None => {
-                    let stream = device.create_stream()?;
-                    // SAFETY: the producer's event for this device (or NULL).
-                    unsafe { device.stream_wait_sync_event(&stream, sync_event) }?;
-                    own_stream.insert(stream)
-                }
-            },
-        };
-        let slots = staging.get_or_insert_with(|| vec![0u8; reads.len() * 8]);
+    }
+    if !reads.iter().any(on_device) {
+        return Ok(values);
+    }
+    let own_stream;
+    let stream = match after {
+        After::Stream(stream) => stream,
+        After::SyncEvent(sync_event) => {
+            own_stream = device.create_stream()?;
+            // SAFETY: the producer's event for this device (or NULL).
+            unsafe { device.stream_wait_sync_event(&own_stream, sync_event) }?;
+            &own_stream
+        }
+    };
+    let mut slots = vec![0u8; reads.len() * 8];
+    for (i, read) in reads.iter().enumerate().filter(|(_, r)| on_device(r)) {
         // SAFETY: `read.ptr` is device memory valid for `width <= 8` bytes
         // (the contract); slot `i` has 8 bytes and is not freed before the
         // copy has run (below).
@@ -87,30 +87,19 @@ pub(crate) unsafe fn read_values(
             device.copy_to_host(read.ptr, slots[i * 8..].as_mut_ptr(), read.width, stream)
         };
         if let Err(e) = queued {
-            return Err(drain_then_free(device, stream, staging, e));
+            return Err(drain_then_free(device, stream, slots, e));
         }
     }
-    let Some(slots) = staging else {
-        return Ok(values);
-    };
-    let stream = match (after, &own_stream) {
-        (After::Stream(stream), _) => stream,
-        (After::SyncEvent(_), Some(stream)) => stream,
-        // Slots exist only once a device read was queued on a stream.
-        (After::SyncEvent(_), None) => return Ok(values),
-    };
     if let Err(e) = device.synchronize_stream(stream) {
         // The copies' end is unknown: leak the slots, never free them
         // under the copies.
         std::mem::forget(slots);
         return Err(e);
     }
-    for (i, read) in reads.iter().enumerate() {
-        if on_device(read) {
-            // SAFETY: slot `i` holds 8 initialized bytes, written by the
-            // completed copy.
-            values[i] = unsafe { read_value(slots[i * 8..].as_ptr(), read.width) };
-        }
+    for (i, read) in reads.iter().enumerate().filter(|(_, r)| on_device(r)) {
+        // SAFETY: slot `i` holds 8 initialized bytes, written by the
+        // completed copy.
+        values[i] = unsafe { read_value(slots[i * 8..].as_ptr(), read.width) };
     }
     Ok(values)
 }

@@ -364,9 +364,6 @@ impl<'d> Importer<'d> {
 
     /// Reads every pending value, in one batch after the producer's event.
     fn read_all(&self, device: &DeviceRef, sync_event: *mut c_void) -> Result<SmallVec<[i64; 4]>> {
-        if self.reads.is_empty() {
-            return Ok(SmallVec::new());
-        }
         // SAFETY: every read lies inside a buffer the structural checks
         // sized, in host memory where `host` is set; `sync_event` is the
         // producer's event for this device (or NULL).

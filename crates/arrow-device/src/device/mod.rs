@@ -384,3 +384,20 @@ pub fn require(device_type: DeviceType, device_id: i64) -> Result<DeviceRef> {
 pub fn same_device(a: &dyn Device, b: &dyn Device) -> bool {
     a.device_type() == b.device_type() && a.device_id() == b.device_id()
 }
+
+/// `error`, once `owned` (memory that work queued on `stream` may still
+/// read or write) is safe to free: after the stream has drained. When even
+/// that wait fails, nobody can say when the work ends, so `owned` is leaked
+/// rather than freed under it. The one rule for error paths that leave work
+/// queued: copies, batched reads and the CUDA conversions.
+pub(crate) fn drain_then_free<T>(
+    device: &DeviceRef,
+    stream: &Stream,
+    owned: T,
+    error: Error,
+) -> Error {
+    if device.synchronize_stream(stream).is_err() {
+        std::mem::forget(owned);
+    }
+    error
+}

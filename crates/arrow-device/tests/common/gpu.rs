@@ -10,7 +10,6 @@
 //! a CI run that finds no driver cannot pass by skipping.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use arrow_device::abi::{DeviceType, FFI_ArrowSchema};
 use arrow_device::device::cuda::{self, CudaDevice};
@@ -44,18 +43,13 @@ pub fn gpu(test: &str) -> Option<GpuGuard> {
     let lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let before = standin::counts().map(|_| {
         warm_up();
-        standin::settle(&counts_now);
-        counts_now()
+        standin::wait_for_counts(|c| c.pending_operations == 0)
     });
     Some(GpuGuard {
         test: test.to_string(),
         before,
         _lock: lock,
     })
-}
-
-fn counts_now() -> standin::Counts {
-    standin::counts().expect("the stand-in is loaded")
 }
 
 /// Creates what the CUDA devices keep for the process (the interface
@@ -98,12 +92,7 @@ impl Drop for GpuGuard {
                 && now.events <= before.events
                 && now.streams <= before.streams
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut now = counts_now();
-        while !settled(&now) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-            now = counts_now();
-        }
+        let now = standin::wait_for_counts(settled);
         assert_eq!(
             now.violations,
             before.violations,
@@ -181,12 +170,22 @@ pub mod standin {
         counts().is_some()
     }
 
-    /// Waits (at most 10 s) until no queued work is left.
-    pub fn settle(counts: &dyn Fn() -> Counts) {
+    /// The stand-in's live objects; panics when it is not loaded.
+    pub fn counts_now() -> Counts {
+        counts().expect("the CUDA driver stand-in is loaded")
+    }
+
+    /// Polls the live objects until `done` holds of them, 10 s at most
+    /// (queued work and the release thread drain asynchronously); returns
+    /// the last counts, for the caller to assert on.
+    pub fn wait_for_counts(done: impl Fn(&Counts) -> bool) -> Counts {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while counts().pending_operations > 0 && Instant::now() < deadline {
+        let mut now = counts_now();
+        while !done(&now) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
+            now = counts_now();
         }
+        now
     }
 
     /// The last violation's message.

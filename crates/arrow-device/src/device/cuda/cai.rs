@@ -20,12 +20,12 @@ use smallvec::{smallvec, SmallVec};
 use super::interop::raw_stream;
 use super::{device, kernels, pointer_memory_type, CudaDevice};
 use crate::abi::DeviceType;
-use crate::array::copy::{drain_then_free, PendingMemory};
+use crate::array::copy::PendingMemory;
 use crate::array::export::KeepAlive;
 use crate::array::node::{Node, RawBuf};
 use crate::array::DeviceArray;
 use crate::cai::{self, Bitmaps, CudaArrayInterface, ImportPlan};
-use crate::device::{DeviceBuffer, DeviceRef, Stream};
+use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream};
 use crate::error::{Error, Result};
 
 /// What `__cuda_array_interface__` hands out for an array on a CUDA device.

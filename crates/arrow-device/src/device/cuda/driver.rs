@@ -156,16 +156,20 @@ impl Context {
         what: &str,
         f: impl FnOnce() -> Result<T, DriverError>,
     ) -> Result<T, Failure> {
-        // The context calls fail under their own names, not the call's.
-        let current = call(&format!("{what}: cuCtxGetCurrent"), cu::ctx::get_current)?;
+        // The context calls fail under their own names, prefixed with the
+        // call they were for (formatted only on failure: this is every
+        // driver call's path).
+        let for_call = |e: Failure| format!("{what}: {e}");
+        let current = call("cuCtxGetCurrent", cu::ctx::get_current).map_err(for_call)?;
         if current == Some(self.ctx) {
             return call(what, f);
         }
-        call(&format!("{what}: cuCtxPushCurrent"), || {
+        call("cuCtxPushCurrent", || {
             // SAFETY: `self.ctx` is a primary context retained for the life
             // of the process.
             unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }.result()
-        })?;
+        })
+        .map_err(for_call)?;
         let _pop = Pushed;
         call(what, f)
     }
