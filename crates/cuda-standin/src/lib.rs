@@ -15,9 +15,9 @@
 
 #[macro_use]
 mod api;
-pub mod control;
-pub mod driver;
-pub mod memory;
-pub mod module;
-pub mod result;
-pub mod stream;
+mod control;
+mod driver;
+mod memory;
+mod module;
+mod result;
+mod stream;
