@@ -3,9 +3,9 @@
 //! cudarc's dynamic loading in place of the driver (see the README for what
 //! it enforces, its settings, and what only hardware can show).
 //!
-//! Layers, bottom up: [`result`] (the codes), [`control`] (settings, faults,
-//! accounting), [`driver`] (devices, contexts, handles), [`memory`],
-//! [`stream`] and [`module`] (the objects and their rules), and `api`, the
+//! Layers, bottom up: `result` (the codes), `control` (settings, faults,
+//! accounting), `driver` (devices, contexts, handles), `memory`,
+//! `stream` and `module` (the objects and their rules), and `api`, the
 //! exported `extern "C"` entry points, thin shims over those.
 #![deny(unsafe_op_in_unsafe_fn)]
 // The entry points' contracts are the CUDA driver API's documentation.
