@@ -153,8 +153,8 @@ mod tests {
 
     #[test]
     fn a_buffer_count_that_contradicts_the_format_names_the_field() {
-        let (mut array, schema) = arrow_device::export_record_batch(&batch()).unwrap();
-        let root = raw::array_mut(&mut array.array);
+        let (array, schema) = arrow_device::export_record_batch(&batch()).unwrap();
+        let root = raw::array(&array.array);
         // SAFETY: the exported root has two valid children.
         let child = unsafe { &mut **root.children.add(1) };
         child.n_buffers = 2;

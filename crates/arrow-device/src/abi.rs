@@ -145,6 +145,12 @@ impl fmt::Debug for DeviceType {
 ///
 /// Dropping a non-released value calls its release callback (through the
 /// embedded [`FFI_ArrowArray`]), which also frees the `sync_event`.
+///
+/// The device fields are public because nothing trusts them in safe code:
+/// `Drop` reads only the embedded array, whose fields arrow-rs keeps
+/// private, and every function that acts on `sync_event` or on the device
+/// pointers (`DeviceArray::try_new`, ...) is `unsafe`, its caller vouching
+/// for the struct as a whole.
 #[repr(C)]
 #[derive(Debug)]
 pub struct ArrowDeviceArray {
@@ -199,32 +205,46 @@ impl ArrowDeviceArray {
 }
 
 /// `struct ArrowDeviceArrayStream` (spec: "Device Stream Interface").
+///
+/// The fields are private, as arrow-rs keeps [`FFI_ArrowArrayStream`]'s:
+/// `Drop` calls `release` with `private_data`, so safe code that could
+/// write either (or swap `private_data` between two streams) could make
+/// drop undefined behaviour. A stream is made by this crate's exporters
+/// ([`crate::stream::export_reader`], ...), moved in from a C producer with
+/// [`ArrowDeviceArrayStream::from_raw`], or written field by field through
+/// the unsafe [`raw::device_stream_mut`].
+///
+/// ```compile_fail,E0451
+/// use arrow_device::ArrowDeviceArrayStream;
+/// // Private fields: a stream cannot be built (or its release swapped) in safe code.
+/// let stream = ArrowDeviceArrayStream { private_data: 8 as _, ..ArrowDeviceArrayStream::empty() };
+/// ```
 #[repr(C)]
 #[derive(Debug)]
 pub struct ArrowDeviceArrayStream {
     /// The device type every array of the stream is on.
-    pub device_type: DeviceType,
+    pub(crate) device_type: DeviceType,
     /// Gets the stream's schema; returns 0 or an errno-compatible code.
-    pub get_schema: Option<
+    pub(crate) get_schema: Option<
         unsafe extern "C" fn(
             self_: *mut ArrowDeviceArrayStream,
             out: *mut FFI_ArrowSchema,
         ) -> c_int,
     >,
     /// Gets the next array; a released `out` marks the end of the stream.
-    pub get_next: Option<
+    pub(crate) get_next: Option<
         unsafe extern "C" fn(
             self_: *mut ArrowDeviceArrayStream,
             out: *mut ArrowDeviceArray,
         ) -> c_int,
     >,
     /// The last error's message, valid until the next call on the stream.
-    pub get_last_error:
+    pub(crate) get_last_error:
         Option<unsafe extern "C" fn(self_: *mut ArrowDeviceArrayStream) -> *const c_char>,
     /// Releases the stream; NULL once released.
-    pub release: Option<unsafe extern "C" fn(self_: *mut ArrowDeviceArrayStream)>,
+    pub(crate) release: Option<unsafe extern "C" fn(self_: *mut ArrowDeviceArrayStream)>,
     /// Producer-owned data.
-    pub private_data: *mut c_void,
+    pub(crate) private_data: *mut c_void,
 }
 
 // SAFETY: the spec lets a stream be moved and used from any one thread at a
@@ -236,7 +256,9 @@ impl Drop for ArrowDeviceArrayStream {
     fn drop(&mut self) {
         if let Some(release) = self.release {
             // SAFETY: a non-NULL release is the producer's callback for this
-            // struct, called exactly once (it marks the struct released).
+            // struct (the fields are private: only this crate's exporters,
+            // `from_raw` and the unsafe `raw::device_stream_mut` set them),
+            // called exactly once (it marks the struct released).
             unsafe { release(self) };
         }
     }
@@ -248,12 +270,17 @@ impl ArrowDeviceArrayStream {
         self.release.is_none()
     }
 
+    /// The device type every array of the stream is on.
+    pub fn device_type(&self) -> DeviceType {
+        self.device_type
+    }
+
     /// Moves a stream out of `src`, leaving a released struct behind (spec:
     /// "Moving a stream" follows the same rule as moving an array).
     ///
     /// # Safety
     /// `src` must be valid for reads and writes and point to an initialized
-    /// `ArrowDeviceArrayStream`.
+    /// `ArrowDeviceArrayStream` whose callbacks follow the spec.
     pub unsafe fn from_raw(src: *mut ArrowDeviceArrayStream) -> Self {
         // SAFETY: the caller guarantees `src` is valid; `replace` leaves a
         // released struct behind.
@@ -274,6 +301,11 @@ impl ArrowDeviceArrayStream {
 }
 
 /// `struct ArrowAsyncTask` (Arrow C++ `abi.h`).
+///
+/// The async structs have public fields and no `Drop`, as in C: nothing
+/// calls their callbacks in safe code (a producer or consumer is handed
+/// one only through an `unsafe` function, such as
+/// [`crate::stream::AsyncDeviceStreamProducer::run`]).
 #[repr(C)]
 #[derive(Debug)]
 pub struct ArrowAsyncTask {
@@ -341,10 +373,21 @@ pub struct ArrowAsyncDeviceStreamHandler {
 /// Plain-old-data mirrors of the C Data Interface structs, with public fields
 /// and no `Drop`.
 ///
-/// arrow-rs keeps the fields of [`FFI_ArrowArray`] and [`FFI_ArrowSchema`]
-/// private. Code that writes a struct field by field, as a C producer does
-/// (tests, hand-written producers, the validation suite), views the same
-/// memory through these mirrors with [`raw::array_mut`] / [`raw::schema_mut`].
+/// arrow-rs keeps the fields of [`FFI_ArrowArray`], [`FFI_ArrowSchema`] and
+/// [`FFI_ArrowArrayStream`] private, and this crate those of
+/// [`ArrowDeviceArrayStream`]: their `Drop` calls `release`, trusting the
+/// fields. Code that writes a struct field by field, as a C producer does
+/// (hand-written producers, the validation suites), views the same memory
+/// through these mirrors with the `unsafe` [`raw::array_mut`],
+/// [`raw::schema_mut`], [`raw::stream_mut`] and [`raw::device_stream_mut`];
+/// reading through [`raw::array`] and its siblings is safe.
+///
+/// ```compile_fail,E0133
+/// use arrow_device::abi::{raw, FFI_ArrowArray};
+/// let mut array = FFI_ArrowArray::empty();
+/// // Writing `private_data`, which `release` trusts, needs `unsafe`.
+/// raw::array_mut(&mut array).private_data = 8 as _;
+/// ```
 pub mod raw {
     use super::*;
 
@@ -396,9 +439,61 @@ pub mod raw {
         pub private_data: *mut c_void,
     }
 
-    /// Views an [`FFI_ArrowArrayStream`] through its public-field mirror.
-    pub fn stream_mut(stream: &mut FFI_ArrowArrayStream) -> &mut ArrowArrayStream {
+    /// `struct ArrowDeviceArrayStream` with public fields.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    #[allow(missing_docs)]
+    pub struct ArrowDeviceArrayStream {
+        pub device_type: DeviceType,
+        pub get_schema: Option<
+            unsafe extern "C" fn(*mut super::ArrowDeviceArrayStream, *mut FFI_ArrowSchema) -> c_int,
+        >,
+        pub get_next: Option<
+            unsafe extern "C" fn(
+                *mut super::ArrowDeviceArrayStream,
+                *mut ArrowDeviceArray,
+            ) -> c_int,
+        >,
+        pub get_last_error:
+            Option<unsafe extern "C" fn(*mut super::ArrowDeviceArrayStream) -> *const c_char>,
+        pub release: Option<unsafe extern "C" fn(*mut super::ArrowDeviceArrayStream)>,
+        pub private_data: *mut c_void,
+    }
+
+    /// Views an [`ArrowDeviceArrayStream`](super::ArrowDeviceArrayStream)
+    /// through its public-field mirror, for writing.
+    ///
+    /// # Safety
+    /// What is written must keep the struct valid for its `Drop`: a
+    /// non-NULL `release` that releases exactly this struct's
+    /// `private_data`, and callbacks that follow the spec.
+    pub unsafe fn device_stream_mut(
+        stream: &mut super::ArrowDeviceArrayStream,
+    ) -> &mut ArrowDeviceArrayStream {
+        // SAFETY: identical #[repr(C)] layouts (asserted below); the caller
+        // keeps what it writes valid.
+        unsafe {
+            &mut *(stream as *mut super::ArrowDeviceArrayStream).cast::<ArrowDeviceArrayStream>()
+        }
+    }
+
+    /// Views an [`ArrowDeviceArrayStream`](super::ArrowDeviceArrayStream)
+    /// through its public-field mirror.
+    pub fn device_stream(stream: &super::ArrowDeviceArrayStream) -> &ArrowDeviceArrayStream {
         // SAFETY: identical #[repr(C)] layouts (asserted below).
+        unsafe {
+            &*(stream as *const super::ArrowDeviceArrayStream).cast::<ArrowDeviceArrayStream>()
+        }
+    }
+
+    /// Views an [`FFI_ArrowArrayStream`] through its public-field mirror,
+    /// for writing.
+    ///
+    /// # Safety
+    /// As for [`device_stream_mut`]: `Drop` trusts what is written.
+    pub unsafe fn stream_mut(stream: &mut FFI_ArrowArrayStream) -> &mut ArrowArrayStream {
+        // SAFETY: identical #[repr(C)] layouts (asserted below); the caller
+        // keeps what it writes valid.
         unsafe { &mut *(stream as *mut FFI_ArrowArrayStream).cast::<ArrowArrayStream>() }
     }
 
@@ -408,10 +503,18 @@ pub mod raw {
         unsafe { &*(stream as *const FFI_ArrowArrayStream).cast::<ArrowArrayStream>() }
     }
 
-    /// Views an [`FFI_ArrowArray`] through its public-field mirror.
-    pub fn array_mut(array: &mut FFI_ArrowArray) -> &mut ArrowArray {
+    /// Views an [`FFI_ArrowArray`] through its public-field mirror, for
+    /// writing.
+    ///
+    /// # Safety
+    /// `FFI_ArrowArray`'s `Drop` calls `release` and arrow-rs' importers
+    /// trust every field: what is written must describe a valid C Data
+    /// Interface array (or a released one) whose `release` frees exactly
+    /// its `private_data`.
+    pub unsafe fn array_mut(array: &mut FFI_ArrowArray) -> &mut ArrowArray {
         // SAFETY: both types are #[repr(C)] with the same fields in the same
-        // order (asserted below), so the cast reinterprets identical memory.
+        // order (asserted below), so the cast reinterprets identical memory;
+        // the caller keeps what it writes valid.
         unsafe { &mut *(array as *mut FFI_ArrowArray).cast::<ArrowArray>() }
     }
 
@@ -421,9 +524,15 @@ pub mod raw {
         unsafe { &*(array as *const FFI_ArrowArray).cast::<ArrowArray>() }
     }
 
-    /// Views an [`FFI_ArrowSchema`] through its public-field mirror.
-    pub fn schema_mut(schema: &mut FFI_ArrowSchema) -> &mut ArrowSchema {
-        // SAFETY: identical #[repr(C)] layouts (asserted below).
+    /// Views an [`FFI_ArrowSchema`] through its public-field mirror, for
+    /// writing.
+    ///
+    /// # Safety
+    /// As for [`array_mut`]: `Drop` and arrow-rs' accessors trust every
+    /// field (NUL-terminated strings, `n_children` children, ...).
+    pub unsafe fn schema_mut(schema: &mut FFI_ArrowSchema) -> &mut ArrowSchema {
+        // SAFETY: identical #[repr(C)] layouts (asserted below); the caller
+        // keeps what it writes valid.
         unsafe { &mut *(schema as *mut FFI_ArrowSchema).cast::<ArrowSchema>() }
     }
 
@@ -453,6 +562,9 @@ const _: () = {
     assert!(size_of::<FFI_ArrowArrayStream>() == 40);
     assert!(offset_of!(raw::ArrowArrayStream, release) == 24);
     assert!(size_of::<ArrowDeviceArrayStream>() == 48);
+    assert!(size_of::<raw::ArrowDeviceArrayStream>() == 48);
+    assert!(offset_of!(raw::ArrowDeviceArrayStream, release) == 32);
+    assert!(offset_of!(raw::ArrowDeviceArrayStream, private_data) == 40);
     assert!(offset_of!(ArrowDeviceArrayStream, get_schema) == 8);
     assert!(offset_of!(ArrowDeviceArrayStream, release) == 32);
     assert!(size_of::<ArrowAsyncTask>() == 16);

@@ -313,8 +313,8 @@ fn misaligned_foreign_buffers_are_copied_not_read_in_place() {
             ValidationLevel::Default,
             ValidationLevel::Full,
         ] {
-            let (mut c_array, schema) = export_array(array).unwrap();
-            let raw = raw::array_mut(&mut c_array.array);
+            let (c_array, schema) = export_array(array).unwrap();
+            let raw = raw::array(&c_array.array);
             // SAFETY: the exported struct has two buffers; `_storage` outlives
             // every use of the repointed buffer below.
             unsafe { *raw.buffers.add(1) = ptr.cast() };

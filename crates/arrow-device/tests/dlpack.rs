@@ -241,7 +241,10 @@ impl Spec {
         let mut storage = Vec::new();
         let mut device = match std::mem::replace(&mut self.data, Data::Null) {
             Data::Device(buffer) => {
-                self.data = Data::Device(DeviceBuffer::new(std::ptr::null_mut(), 0, Box::new(())));
+                // SAFETY: zero bytes at NULL: a placeholder valid for nothing.
+                self.data = Data::Device(unsafe {
+                    DeviceBuffer::new(std::ptr::null_mut(), 0, Box::new(()))
+                });
                 Some(buffer)
             }
             other => {
@@ -910,7 +913,8 @@ macro_rules! forward_to_inner {
 
 /// Every method but `synchronize_sync_event` (counted) and `as_any` goes to
 /// the wrapped device.
-impl Device for CountingWaits {
+// SAFETY: every promise is the wrapped device's; counting changes nothing.
+unsafe impl Device for CountingWaits {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

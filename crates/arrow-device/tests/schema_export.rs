@@ -357,7 +357,7 @@ fn record_batch_and_device_array_exports_match_arrow_rs() {
 /// Moves child `index` out of `parent` (spec: "Moving child arrays": a
 /// bitwise copy, then the original is marked released).
 fn move_child(parent: &mut FFI_ArrowSchema, index: usize) -> FFI_ArrowSchema {
-    let node = raw::schema_mut(parent);
+    let node = raw::schema(parent);
     assert!((index as i64) < node.n_children);
     // SAFETY: `children` holds `n_children` valid pointers of a live tree;
     // `from_raw` leaves a released struct behind.
@@ -383,7 +383,7 @@ fn moved_children_outlive_the_released_root() {
     // of the first child, before anything is released.
     let grandchild = move_child(&mut second, 0);
     let dictionary = {
-        let first = raw::schema_mut(&mut root);
+        let first = raw::schema(&root);
         // SAFETY: child 0 is a live dictionary node; `from_raw` moves its
         // dictionary out and leaves a released struct behind.
         unsafe {

@@ -105,7 +105,7 @@ fn read_all(stream: ArrowDeviceArrayStream) -> Vec<RecordBatch> {
 /// # Safety
 /// `stream` is a live stream of this crate's exporter whose last call failed.
 unsafe fn last_error(stream: &mut ArrowDeviceArrayStream) -> String {
-    let get_last_error = stream.get_last_error.unwrap();
+    let get_last_error = raw::device_stream(stream).get_last_error.unwrap();
     // SAFETY: per the contract, the callback is the exporter's own and it
     // returns a NUL-terminated message valid until the next call.
     unsafe { CStr::from_ptr(get_last_error(stream)) }
@@ -125,23 +125,22 @@ struct StreamCount {
 
 fn count_stream_releases(stream: &mut ArrowDeviceArrayStream) -> Arc<AtomicUsize> {
     let count = Arc::new(AtomicUsize::new(0));
-    let inner = ArrowDeviceArrayStream {
-        device_type: stream.device_type,
-        get_schema: stream.get_schema,
-        get_next: stream.get_next,
-        get_last_error: stream.get_last_error,
-        release: stream.release,
-        private_data: stream.private_data,
-    };
+    let device_type = stream.device_type();
+    // A move (spec: "Moving a stream"): `stream` is left released.
+    let inner = std::mem::replace(stream, ArrowDeviceArrayStream::empty());
     let wrapped = StreamCount {
         inner: std::mem::ManuallyDrop::new(inner),
         count: count.clone(),
     };
-    stream.private_data = Box::into_raw(Box::new(wrapped)).cast();
-    stream.release = Some(release_counted_stream);
-    stream.get_schema = Some(forward_get_schema);
-    stream.get_next = Some(forward_get_next);
-    stream.get_last_error = Some(forward_get_last_error);
+    // SAFETY: callbacks that forward to the producer's stream, kept in
+    // `private_data`, which `release_counted_stream` frees.
+    let outer = unsafe { raw::device_stream_mut(stream) };
+    outer.device_type = device_type;
+    outer.private_data = Box::into_raw(Box::new(wrapped)).cast();
+    outer.release = Some(release_counted_stream);
+    outer.get_schema = Some(forward_get_schema);
+    outer.get_next = Some(forward_get_next);
+    outer.get_last_error = Some(forward_get_last_error);
     count
 }
 
@@ -154,7 +153,11 @@ unsafe fn as_inner<T>(
     call: impl FnOnce(&mut ArrowDeviceArrayStream) -> T,
 ) -> T {
     // SAFETY: per the contract, private_data is our StreamCount.
-    let wrapped = unsafe { &mut *(*stream).private_data.cast::<StreamCount>() };
+    let wrapped = unsafe {
+        &mut *raw::device_stream(&*stream)
+            .private_data
+            .cast::<StreamCount>()
+    };
     call(&mut wrapped.inner)
 }
 
@@ -163,7 +166,11 @@ unsafe extern "C" fn forward_get_schema(
     out: *mut FFI_ArrowSchema,
 ) -> c_int {
     // SAFETY: forwarded to the producer's callback on its own private data.
-    unsafe { as_inner(stream, |s| (s.get_schema.unwrap())(s, out)) }
+    unsafe {
+        as_inner(stream, |s| {
+            (raw::device_stream(s).get_schema.unwrap())(s, out)
+        })
+    }
 }
 
 unsafe extern "C" fn forward_get_next(
@@ -171,19 +178,28 @@ unsafe extern "C" fn forward_get_next(
     out: *mut ArrowDeviceArray,
 ) -> c_int {
     // SAFETY: as above.
-    unsafe { as_inner(stream, |s| (s.get_next.unwrap())(s, out)) }
+    unsafe {
+        as_inner(stream, |s| {
+            (raw::device_stream(s).get_next.unwrap())(s, out)
+        })
+    }
 }
 
 unsafe extern "C" fn forward_get_last_error(
     stream: *mut ArrowDeviceArrayStream,
 ) -> *const std::ffi::c_char {
     // SAFETY: as above.
-    unsafe { as_inner(stream, |s| (s.get_last_error.unwrap())(s)) }
+    unsafe {
+        as_inner(stream, |s| {
+            (raw::device_stream(s).get_last_error.unwrap())(s)
+        })
+    }
 }
 
 unsafe extern "C" fn release_counted_stream(stream: *mut ArrowDeviceArrayStream) {
     // SAFETY: the consumer passes the wrapped stream.
-    let outer = unsafe { &mut *stream };
+    // Writing NULL `release` and `private_data` leaves a released struct.
+    let outer = unsafe { raw::device_stream_mut(&mut *stream) };
     // SAFETY: boxed by count_stream_releases, taken back once (the outer
     // struct is marked released below).
     let mut wrapped = unsafe { Box::from_raw(outer.private_data.cast::<StreamCount>()) };
@@ -200,7 +216,7 @@ unsafe extern "C" fn release_counted_stream(stream: *mut ArrowDeviceArrayStream)
 fn many_batches_round_trip_on_the_cpu() {
     let input = batches(50, 100);
     let stream = export_batches(&input, None);
-    assert_eq!(stream.device_type, DeviceType::CPU);
+    assert_eq!(stream.device_type(), DeviceType::CPU);
     let reader = import(stream);
     assert_eq!(reader.schema(), Some(input[0].schema()));
     assert_eq!(read_record_batches(reader), input);
@@ -248,7 +264,7 @@ fn device_batches_arrive_on_the_device_with_their_own_event() {
     let device = emulated(4);
     let input = batches(5, 1000);
     let stream = export_batches(&input, Some(&device));
-    assert_eq!(stream.device_type, DeviceType::EXT_DEV);
+    assert_eq!(stream.device_type(), DeviceType::EXT_DEV);
     let mut reader = import(stream);
     assert!(matches!(
         reader.into_record_batch_reader(),
@@ -429,8 +445,8 @@ fn an_error_in_the_middle_reaches_the_consumer_with_its_message_and_ends_the_str
 #[test]
 fn the_c_callbacks_report_errors_through_get_last_error_until_the_next_call() {
     let mut stream = export_on(failing_reader(1, "boom"), None);
-    let get_next = stream.get_next.unwrap();
-    let get_last_error = stream.get_last_error.unwrap();
+    let get_next = raw::device_stream(&stream).get_next.unwrap();
+    let get_last_error = raw::device_stream(&stream).get_last_error.unwrap();
     let mut out = ArrowDeviceArray::empty();
     // SAFETY: our exporter's callbacks on its own stream.
     unsafe {
@@ -462,17 +478,17 @@ fn a_released_stream_refuses_every_call() {
     let input = batches(1, 1);
     let mut stream = export_batches(&input, None);
     let (get_schema, get_next, get_last_error, release) = (
-        stream.get_schema.unwrap(),
-        stream.get_next.unwrap(),
-        stream.get_last_error.unwrap(),
-        stream.release.unwrap(),
+        raw::device_stream(&stream).get_schema.unwrap(),
+        raw::device_stream(&stream).get_next.unwrap(),
+        raw::device_stream(&stream).get_last_error.unwrap(),
+        raw::device_stream(&stream).release.unwrap(),
     );
     // SAFETY: our callbacks, on a struct that stays allocated; the spec
     // forbids these calls, and they must not touch freed memory.
     unsafe {
         release(&mut stream);
         assert!(stream.is_released());
-        assert!(stream.private_data.is_null());
+        assert!(raw::device_stream(&stream).private_data.is_null());
         let mut schema = FFI_ArrowSchema::empty();
         assert_eq!(get_schema(&mut stream, &mut schema), libc::EINVAL);
         let mut out = ArrowDeviceArray::empty();
@@ -490,7 +506,7 @@ fn a_released_stream_refuses_every_call() {
 fn get_schema_can_be_called_many_times_and_each_schema_is_the_consumers() {
     let input = batches(1, 1);
     let mut stream = export_batches(&input, None);
-    let get_schema = stream.get_schema.unwrap();
+    let get_schema = raw::device_stream(&stream).get_schema.unwrap();
     for _ in 0..3 {
         let mut schema = FFI_ArrowSchema::empty();
         // SAFETY: our exporter's callback on its own stream.
@@ -520,7 +536,8 @@ fn a_batch_on_another_device_type_than_the_stream_is_rejected_on_both_sides() {
 
     // Consumer side: a producer that says EXT_DEV and sends CPU arrays.
     let mut stream = export_batches(&input, None);
-    stream.device_type = DeviceType::EXT_DEV;
+    // SAFETY: only the device type changes; the callbacks stay the exporter's.
+    unsafe { raw::device_stream_mut(&mut stream) }.device_type = DeviceType::EXT_DEV;
     let mut reader = import(stream);
     let err = reader.next().unwrap().unwrap_err();
     assert_eq!(
@@ -583,7 +600,8 @@ fn a_malformed_batch_is_rejected_naming_the_batch_and_the_defect() {
     let input = vec![ints_and_strings(0, 1), ints_and_strings(1, 2)];
     let mut stream = export_batches(&input, None);
     let releases = count_stream_releases(&mut stream);
-    stream.get_next = Some(corrupting_get_next);
+    // SAFETY: `corrupting_get_next` forwards to the wrapped producer.
+    unsafe { raw::device_stream_mut(&mut stream) }.get_next = Some(corrupting_get_next);
     let mut reader = import(stream);
     assert_eq!(reader.next().unwrap().unwrap().len(), 1);
     let err = reader.next().unwrap().unwrap_err();
@@ -622,7 +640,7 @@ fn c_streams_bridge_to_device_streams_and_back() {
     let input = batches(4, 25);
     let c_stream = FFI_ArrowArrayStream::new(Box::new(input_reader(&input)));
     let device_stream = device_stream_from_ffi(c_stream).unwrap();
-    assert_eq!(device_stream.device_type, DeviceType::CPU);
+    assert_eq!(device_stream.device_type(), DeviceType::CPU);
     assert_eq!(read_all(device_stream), input);
 
     let device_stream = export_batches(&input, None);
@@ -663,7 +681,8 @@ fn only_cpu_device_streams_become_c_streams() {
 
     // A CPU stream that sends a device batch anyway fails that get_next.
     let mut stream = export_batches(&input, Some(&device));
-    stream.device_type = DeviceType::CPU;
+    // SAFETY: only the device type changes; the callbacks stay the exporter's.
+    unsafe { raw::device_stream_mut(&mut stream) }.device_type = DeviceType::CPU;
     let mut reader =
         RecordBatchStreamReader::try_new(ffi_stream_from_device(stream).unwrap()).unwrap();
     let err = reader.next().unwrap().unwrap_err();

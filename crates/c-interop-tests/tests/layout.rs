@@ -109,9 +109,11 @@ fn rust_layout() -> Vec<Row> {
         "ArrowDeviceArrayStream",
         ArrowDeviceArrayStream
     ));
+    // The fields are private; the public mirror has the same layout
+    // (asserted at compile time in `abi`).
     rows.extend(member_rows!(
         "ArrowDeviceArrayStream",
-        ArrowDeviceArrayStream,
+        raw::ArrowDeviceArrayStream,
         [
             device_type,
             get_schema,

@@ -14,7 +14,7 @@
 
 use arrow_array::ffi_stream::RecordBatchStreamReader;
 use arrow_array::{RecordBatch, RecordBatchIterator};
-use arrow_device::abi::ArrowDeviceArrayStream;
+use arrow_device::abi::{raw, ArrowDeviceArrayStream};
 use arrow_device::device::DeviceRef;
 use arrow_device::stream::{
     export_device_arrays, export_reader, export_reader_to, ffi_stream_from_device,
@@ -63,6 +63,7 @@ fn assert_clean_read(report: &StreamReport, stream: &ArrowDeviceArrayStream) {
 
 fn assert_released_with_null_callbacks(stream: &ArrowDeviceArrayStream) {
     assert!(stream.is_released());
+    let stream = raw::device_stream(stream);
     assert!(stream.get_schema.is_none(), "get_schema after release");
     assert!(stream.get_next.is_none(), "get_next after release");
     assert!(
@@ -119,7 +120,7 @@ fn c_consumer_reads_only_metadata_of_an_emulated_device_stream() {
     let batches: Vec<RecordBatch> = (0..3).map(v_s_batch).collect();
     let mut stream = export_reader_to(reader_of(batches.into_iter().map(Ok).collect()), device)
         .expect("export_reader_to");
-    assert_eq!(stream.device_type, DeviceType::EXT_DEV);
+    assert_eq!(stream.device_type(), DeviceType::EXT_DEV);
 
     // Strict mode: had the C consumer read a buffer, the process would have
     // crashed with SIGSEGV.
@@ -208,9 +209,11 @@ fn c_consumer_rejects_a_schema_it_does_not_expect_and_still_releases_the_stream(
 fn callbacks_of_a_stream_released_by_c_return_einval_and_no_error_message() {
     let mut stream = export_reader(reader_of(vec![Ok(v_s_batch(0))])).expect("export_reader");
     let (get_schema, get_next, get_last_error) = (
-        stream.get_schema.expect("live stream"),
-        stream.get_next.expect("live stream"),
-        stream.get_last_error.expect("live stream"),
+        raw::device_stream(&stream).get_schema.expect("live stream"),
+        raw::device_stream(&stream).get_next.expect("live stream"),
+        raw::device_stream(&stream)
+            .get_last_error
+            .expect("live stream"),
     );
 
     let report = consume_stream_in_c(&mut stream, &V_S, None);

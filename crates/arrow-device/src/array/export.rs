@@ -123,7 +123,8 @@ fn export_cpu(data: ArrayData) -> ArrowDeviceArray {
     let owned = Arc::new(data);
     let keep: KeepAlive = owned.clone();
     let mut out = ArrowDeviceArray::empty();
-    *raw::array_mut(&mut out.array) = export_data_struct(&owned, &keep);
+    // SAFETY: a struct of our own whose `release` frees its private data.
+    *unsafe { raw::array_mut(&mut out.array) } = export_data_struct(&owned, &keep);
     out
 }
 
@@ -185,7 +186,8 @@ pub(crate) fn export_node(
     sync_event: *mut c_void,
 ) -> ArrowDeviceArray {
     let mut out = ArrowDeviceArray::empty();
-    *raw::array_mut(&mut out.array) = export_struct(node, &keep, device);
+    // SAFETY: a struct of our own whose `release` frees its private data.
+    *unsafe { raw::array_mut(&mut out.array) } = export_struct(node, &keep, device);
     out.device_type = device_type;
     out.device_id = device_id;
     out.sync_event = sync_event;
@@ -218,9 +220,14 @@ impl VariadicSizes {
     fn new(sizes: Box<[i64]>, device: Option<&dyn device::Device>) -> VariadicSizes {
         let bytes = std::mem::size_of_val::<[i64]>(&sizes);
         match device.and_then(|d| d.allocate_host_visible(bytes)) {
-            Some(buffer) if buffer.as_ptr() as usize % std::mem::align_of::<i64>() == 0 => {
-                // SAFETY: host-writable memory of `bytes` bytes, aligned for
-                // i64 (checked), not yet shared.
+            Some(buffer)
+                if buffer.len() >= bytes
+                    && !buffer.as_ptr().is_null()
+                    && buffer.as_ptr() as usize % std::mem::align_of::<i64>() == 0 =>
+            {
+                // SAFETY: host-writable memory (the `Device` contract) of at
+                // least `bytes` bytes, aligned for i64 (both checked), not
+                // yet shared.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         sizes.as_ptr(),

@@ -43,7 +43,10 @@ impl Drop for HostAllocation {
     }
 }
 
-impl Device for CpuDevice {
+// SAFETY: host memory from the global allocator, 64-byte aligned and freed
+// by its `HostAllocation`; copies are `memcpy`s that complete before they
+// return, so every ordering promise holds trivially; no events.
+unsafe impl Device for CpuDevice {
     fn device_type(&self) -> DeviceType {
         DeviceType::CPU
     }
@@ -79,11 +82,9 @@ impl Device for CpuDevice {
             }
             ptr
         };
-        Ok(DeviceBuffer::new(
-            ptr,
-            len,
-            Box::new(HostAllocation { ptr, layout }),
-        ))
+        // SAFETY: `ptr` is `len` bytes from the global allocator (or a
+        // dangling aligned pointer for zero bytes), freed by the owner.
+        Ok(unsafe { DeviceBuffer::new(ptr, len, Box::new(HostAllocation { ptr, layout })) })
     }
 
     fn create_stream(&self) -> Result<Stream> {
@@ -91,7 +92,8 @@ impl Device for CpuDevice {
     }
 
     fn create_event(&self) -> Result<Event> {
-        Ok(Event::new(Box::new(()), std::ptr::null_mut()))
+        // SAFETY: the CPU has no event type: a NULL `sync_event`.
+        Ok(unsafe { Event::new(Box::new(()), std::ptr::null_mut()) })
     }
 
     fn record_event(&self, _event: &Event, _stream: &Stream) -> Result<()> {

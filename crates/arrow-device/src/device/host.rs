@@ -61,7 +61,9 @@ impl HostAccessibleDevice {
     }
 }
 
-impl Device for HostAccessibleDevice {
+// SAFETY: it allocates nothing and queues no work (see the methods); reads
+// are host reads of memory the type's runtime made host-accessible.
+unsafe impl Device for HostAccessibleDevice {
     fn device_type(&self) -> DeviceType {
         self.device_type
     }

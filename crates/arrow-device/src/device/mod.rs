@@ -64,7 +64,47 @@ pub type DeviceRef = Arc<dyn Device>;
 /// complete after the call returns: the caller keeps both sides alive and
 /// unmodified until the stream has been synchronized, or until an event
 /// recorded after the copy has completed.
-pub trait Device: Send + Sync + fmt::Debug + 'static {
+///
+/// # Safety
+///
+/// The trait is `unsafe` to implement because this crate writes into,
+/// reads from and frees memory on the strength of what its methods return.
+/// An implementation promises, for the lifetime of the device:
+///
+/// * **Identity.** [`device_type`](Device::device_type) and
+///   [`device_id`](Device::device_id) never change, and the device type's
+///   event type is what [`Event`]s carry and what the `*_sync_event`
+///   methods accept.
+/// * **Host access.** [`is_cpu_accessible`](Device::is_cpu_accessible)
+///   is `true` only if the host may read (and, for memory this device
+///   allocated, write) its memory directly once its events have completed;
+///   [`is_host_readable`](Device::is_host_readable) is `true` only if the
+///   `len` bytes at `ptr` are host-readable.
+/// * **Memory.** A [`DeviceBuffer`] from [`allocate`](Device::allocate)
+///   is valid for `len` bytes of device memory, aligned to 64 bytes, until
+///   it is dropped (a zero-length one has a non-null, aligned pointer); one
+///   from [`allocate_host_visible`](Device::allocate_host_visible) is valid
+///   for `len` bytes of host reads and writes (the crate checks the length
+///   and alignment too, and falls back to the heap).
+/// * **Ordering.** Copies do what they say once the stream is synchronized
+///   or an event recorded after them has completed;
+///   [`synchronize_stream`](Device::synchronize_stream) and
+///   [`synchronize_sync_event`](Device::synchronize_sync_event) return `Ok`
+///   only after that work has completed;
+///   [`stream_wait_sync_event`](Device::stream_wait_sync_event) orders all
+///   later work on the stream after the event;
+///   [`release_after`](Device::release_after) drops what it took only after
+///   the work queued before the call has run.
+/// * **Errors** are reported as `Err`, never by panicking or aborting.
+///
+/// ```compile_fail,E0200
+/// use arrow_device::device::Device;
+/// #[derive(Debug)]
+/// struct Liar;
+/// // A device that could lie about its memory must be an `unsafe impl`.
+/// impl Device for Liar { /* ... */ }
+/// ```
+pub unsafe trait Device: Send + Sync + fmt::Debug + 'static {
     /// The device's type as reported in `ArrowDeviceArray.device_type`.
     fn device_type(&self) -> DeviceType;
 
@@ -216,7 +256,12 @@ unsafe impl Sync for DeviceBuffer {}
 impl DeviceBuffer {
     /// Wraps memory at `ptr` that `owner` frees when dropped (for device
     /// implementations).
-    pub fn new(ptr: *mut u8, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
+    ///
+    /// # Safety
+    /// `ptr` must be valid for `len` bytes of the device's memory until
+    /// `owner` is dropped, and `owner` must be what frees it: the crate
+    /// writes into and reads from a `DeviceBuffer` on that promise.
+    pub unsafe fn new(ptr: *mut u8, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
         Self {
             ptr,
             len,
@@ -287,9 +332,14 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    /// Wraps an implementation's event handle; `sync_event` must stay valid
-    /// for as long as the handle lives (point into a boxed handle).
-    pub fn new(handle: Box<dyn Any + Send + Sync>, sync_event: *mut c_void) -> Self {
+    /// Wraps an implementation's event handle.
+    ///
+    /// # Safety
+    /// `sync_event` must be NULL or point to the device type's event type
+    /// (a `CUevent*` for CUDA), valid for as long as `handle` lives (point
+    /// into a boxed handle): it is exported as an array's `sync_event` and
+    /// waited on.
+    pub unsafe fn new(handle: Box<dyn Any + Send + Sync>, sync_event: *mut c_void) -> Self {
         Self { handle, sync_event }
     }
 

@@ -50,11 +50,11 @@ use crate::stream::{check_stream_callbacks, stream_error};
 /// Wraps a C stream as a CPU device stream, zero-copy. Fails when the C
 /// stream is released or lacks a callback.
 pub fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDeviceArrayStream> {
-    let mut private = Box::new(Bridge {
+    let private = Box::new(Bridge {
         inner: stream,
         last_error: None,
     });
-    let inner = raw::stream_mut(&mut private.inner);
+    let inner = raw::stream(&private.inner);
     check_stream_callbacks(
         inner.release.is_some(),
         [
@@ -95,7 +95,8 @@ pub fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_Arro
         last_error: None,
     });
     let mut out = FFI_ArrowArrayStream::empty();
-    let fields = raw::stream_mut(&mut out);
+    // SAFETY: our own callbacks, and `private_data` the box they release.
+    let fields = unsafe { raw::stream_mut(&mut out) };
     fields.get_schema = Some(to_ffi::get_schema);
     fields.get_next = Some(to_ffi::get_next);
     fields.get_last_error = Some(get_last_error::<raw::ArrowArrayStream, ArrowDeviceArrayStream>);
@@ -168,7 +169,9 @@ impl StreamStruct for FFI_ArrowArrayStream {
     }
 
     fn mark_released(&mut self) -> *mut c_void {
-        raw::stream_mut(self).mark_released()
+        // SAFETY: a NULL `release` (what marking writes) is a valid,
+        // released struct.
+        unsafe { raw::stream_mut(self) }.mark_released()
     }
 
     unsafe fn last_error(&mut self) -> *const c_char {

@@ -30,7 +30,7 @@
 //! )])?;
 //! let reader = RecordBatchIterator::new([Ok(batch.clone()), Ok(batch.clone())], batch.schema());
 //! let stream = export_reader(reader)?;
-//! assert_eq!(stream.device_type, DeviceType::CPU);
+//! assert_eq!(stream.device_type(), DeviceType::CPU);
 //!
 //! // SAFETY: the stream comes from this crate's exporter.
 //! let imported = unsafe { DeviceStreamReader::try_new(stream, ValidationLevel::Default) }?;

@@ -21,8 +21,10 @@
 //!
 //! let (mut array, schema) = export_array(&StringArray::from(vec!["ab", "c"])).unwrap();
 //! // Corrupt the length: the offsets buffer is now too short for it.
-//! raw::array_mut(&mut array.array).length = -4;
-//! // SAFETY: the structs come from this crate's exporter (or a test producer), which follow the interface.
+//! // SAFETY: `release` and `private_data` stay the exporter's.
+//! unsafe { raw::array_mut(&mut array.array) }.length = -4;
+//! // SAFETY: every pointer is still the exporter's; the length is for
+//! // validation to reject.
 //! let err = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Minimal) }.unwrap_err();
 //! assert_eq!(err.to_string(), "array: length is -4, expected >= 0");
 //! ```

@@ -45,7 +45,9 @@ pub fn counting(
     mut schema: FFI_ArrowSchema,
 ) -> (ArrowDeviceArray, FFI_ArrowSchema, Arc<Counters>) {
     let counters = Arc::new(Counters::default());
-    let a = raw::array_mut(&mut array.array);
+    // SAFETY: the release written below forwards to the producer's, with
+    // its private data.
+    let a = unsafe { raw::array_mut(&mut array.array) };
     assert!(a.release.is_some(), "counting needs a non-released array");
     let forward = Forward {
         release: a.release,
@@ -55,7 +57,8 @@ pub fn counting(
     a.private_data = Box::into_raw(Box::new(forward)).cast();
     a.release = Some(release_counted_array);
 
-    let s = raw::schema_mut(&mut schema);
+    // SAFETY: as for the array.
+    let s = unsafe { raw::schema_mut(&mut schema) };
     assert!(s.release.is_some(), "counting needs a non-released schema");
     let forward = Forward {
         release: s.release,

@@ -224,7 +224,8 @@ fn build_array(node: &ArrayNode, counters: Arc<Counters>) -> ArrowDeviceArray {
     root.release = Some(release_array);
     root.private_data = Box::into_raw(private).cast();
     let mut array = FFI_ArrowArray::empty();
-    *raw::array_mut(&mut array) = root;
+    // SAFETY: `release_array` frees exactly the private data written here.
+    *unsafe { raw::array_mut(&mut array) } = root;
     ArrowDeviceArray {
         array,
         device_id: -1,
@@ -356,7 +357,8 @@ fn build_schema(node: &SchemaNode, counters: Arc<Counters>) -> FFI_ArrowSchema {
     root.release = Some(release_schema);
     root.private_data = Box::into_raw(private).cast();
     let mut schema = FFI_ArrowSchema::empty();
-    *raw::schema_mut(&mut schema) = root;
+    // SAFETY: `release_schema` frees exactly the private data written here.
+    *unsafe { raw::schema_mut(&mut schema) } = root;
     schema
 }
 
@@ -438,13 +440,23 @@ unsafe extern "C" fn release_schema(schema: *mut raw::ArrowSchema) {
 // ---------------------------------------------------------------- editing built structs
 
 /// The root array struct, field by field.
-pub fn root_array(array: &mut ArrowDeviceArray) -> &mut raw::ArrowArray {
-    raw::array_mut(&mut array.array)
+///
+/// # Safety
+/// As for [`raw::array_mut`]: the struct must stay releasable. The defects
+/// the suites write (lengths, counts, NULL pointers) are for the importer
+/// to reject; `release` and `private_data` stay the builder's.
+pub unsafe fn root_array(array: &mut ArrowDeviceArray) -> &mut raw::ArrowArray {
+    // SAFETY: forwarded to the caller.
+    unsafe { raw::array_mut(&mut array.array) }
 }
 
 /// The root schema struct, field by field.
-pub fn root_schema(schema: &mut FFI_ArrowSchema) -> &mut raw::ArrowSchema {
-    raw::schema_mut(schema)
+///
+/// # Safety
+/// As for [`root_array`].
+pub unsafe fn root_schema(schema: &mut FFI_ArrowSchema) -> &mut raw::ArrowSchema {
+    // SAFETY: forwarded to the caller.
+    unsafe { raw::schema_mut(schema) }
 }
 
 /// Child `index` of a built array node (owned by the root's private data).

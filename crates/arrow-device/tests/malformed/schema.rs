@@ -93,7 +93,8 @@ fn a_null_format_is_rejected_with_the_field_path() {
 fn a_name_that_is_not_utf8_is_rejected() {
     let mut built = cases::struct_ab().build();
     // Written into the built struct: the producer's names are Rust strings.
-    let b = child_schema(root_schema(&mut built.schema), 1);
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    let b = child_schema(unsafe { root_schema(&mut built.schema) }, 1);
     b.name = c"b\xff".as_ptr();
     expect_invalid(built, FULL, "field 1", "utf-8");
 }
@@ -117,7 +118,8 @@ fn a_union_format_with_a_repeated_type_id_is_rejected() {
 #[test]
 fn a_released_schema_child_is_rejected_with_the_field_path() {
     let mut built = cases::struct_ab().build();
-    child_schema(root_schema(&mut built.schema), 1).release = None;
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    child_schema(unsafe { root_schema(&mut built.schema) }, 1).release = None;
     // A released struct's name may not be read, so the path gives the index.
     expect_invalid(built, FULL, "field 1", "released");
 }
@@ -125,14 +127,20 @@ fn a_released_schema_child_is_rejected_with_the_field_path() {
 #[test]
 fn a_null_schema_child_pointer_is_rejected() {
     let mut built = cases::struct_ab().build();
-    set_child_schema_ptr(root_schema(&mut built.schema), 1, std::ptr::null_mut());
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    set_child_schema_ptr(
+        unsafe { root_schema(&mut built.schema) },
+        1,
+        std::ptr::null_mut(),
+    );
     expect_invalid(built, FULL, "array", "NULL");
 }
 
 #[test]
 fn a_null_schema_children_array_is_rejected() {
     let mut built = cases::struct_ab().build();
-    root_schema(&mut built.schema).children = std::ptr::null_mut();
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    unsafe { root_schema(&mut built.schema) }.children = std::ptr::null_mut();
     expect_invalid(built, FULL, "array", "children is NULL");
 }
 
@@ -141,7 +149,8 @@ isolated_test! {
     // array: isolated, as that crashes.
     fn a_negative_schema_child_count_is_rejected() {
         let mut built = cases::struct_ab().build();
-        root_schema(&mut built.schema).n_children = -1;
+        // SAFETY: the builder keeps release and private_data; the defect is the test.
+        unsafe { root_schema(&mut built.schema) }.n_children = -1;
         expect_invalid(built, FULL, "array", "n_children is -1");
     }
 }
@@ -189,7 +198,8 @@ isolated_test! {
     fn a_schema_child_that_points_to_its_parent_is_an_error_not_a_stack_overflow() {
         // list<list<int32>> whose inner list's child is the inner list.
         let mut built = cases::nested_lists(2).build();
-        let inner: *mut _ = child_schema(root_schema(&mut built.schema), 0);
+        // SAFETY: the builder keeps release and private_data; the defect is the test.
+        let inner: *mut _ = child_schema(unsafe { root_schema(&mut built.schema) }, 0);
         // SAFETY: `inner` points to a child struct owned by the built root.
         set_child_schema_ptr(unsafe { &mut *inner }, 0, inner);
         expect_invalid(built, FULL, "child 0", "cycle");
@@ -203,7 +213,8 @@ isolated_test! {
         let mut case = cases::dictionary();
         case.schema.dictionary = Some(Box::new(SchemaNode::new("i", "")));
         let mut built = case.build();
-        let root = root_schema(&mut built.schema);
+        // SAFETY: the builder keeps release and private_data; the defect is the test.
+        let root = unsafe { root_schema(&mut built.schema) };
         let dictionary = root.dictionary;
         // SAFETY: the dictionary struct is owned by the built root.
         unsafe { (*dictionary).dictionary = dictionary };

@@ -26,7 +26,8 @@ fn too_few_buffers_are_rejected() {
 #[test]
 fn a_null_buffers_array_with_buffers_is_rejected() {
     let mut built = cases::int32().build();
-    root_array(&mut built.array).buffers = std::ptr::null_mut();
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    unsafe { root_array(&mut built.array) }.buffers = std::ptr::null_mut();
     expect_invalid(built, FULL, "array", "buffers is NULL");
 }
 
@@ -160,28 +161,36 @@ fn a_child_count_that_differs_from_the_schema_is_rejected() {
 #[test]
 fn a_negative_child_count_is_rejected() {
     let mut built = cases::struct_ab().build();
-    root_array(&mut built.array).n_children = -1;
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    unsafe { root_array(&mut built.array) }.n_children = -1;
     expect_invalid(built, FULL, "array", "n_children is -1");
 }
 
 #[test]
 fn a_null_children_array_is_rejected() {
     let mut built = cases::struct_ab().build();
-    root_array(&mut built.array).children = std::ptr::null_mut();
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    unsafe { root_array(&mut built.array) }.children = std::ptr::null_mut();
     expect_invalid(built, FULL, "array", "children is NULL");
 }
 
 #[test]
 fn a_null_child_pointer_is_rejected_with_the_field_path() {
     let mut built = cases::struct_ab().build();
-    set_child_array_ptr(root_array(&mut built.array), 1, std::ptr::null_mut());
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    set_child_array_ptr(
+        unsafe { root_array(&mut built.array) },
+        1,
+        std::ptr::null_mut(),
+    );
     expect_invalid(built, FULL, "field \"b\"", "NULL");
 }
 
 #[test]
 fn a_released_child_is_rejected_with_the_field_path() {
     let mut built = cases::struct_ab().build();
-    child_array(root_array(&mut built.array), 1).release = None;
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    child_array(unsafe { root_array(&mut built.array) }, 1).release = None;
     expect_invalid(built, FULL, "field \"b\"", "released");
 }
 
@@ -294,7 +303,8 @@ fn an_array_child_that_points_to_its_parent_is_an_error_not_a_stack_overflow() {
     // list itself. The walk follows the (finite) type, so it must stop at the
     // first node whose shape does not match its type.
     let mut built = cases::nested_lists(3).build();
-    let middle: *mut _ = child_array(root_array(&mut built.array), 0);
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    let middle: *mut _ = child_array(unsafe { root_array(&mut built.array) }, 0);
     // SAFETY: `middle` points to a child struct owned by the built root.
     set_child_array_ptr(unsafe { &mut *middle }, 0, middle);
     expect_invalid(built, FULL, "child 0", "n_children is 1");
@@ -310,7 +320,8 @@ fn a_dictionary_that_points_to_its_own_node_is_an_error() {
         SchemaNode::new("+s", "st").with_children(vec![a]),
     );
     let mut built = case.build();
-    let a: *mut _ = child_array(root_array(&mut built.array), 0);
+    // SAFETY: the builder keeps release and private_data; the defect is the test.
+    let a: *mut _ = child_array(unsafe { root_array(&mut built.array) }, 0);
     // SAFETY: `a` points to a child struct owned by the built root; its
     // dictionary struct stays owned (and freed) by the root.
     unsafe { (*a).dictionary = a };

@@ -299,7 +299,11 @@ impl CudaDevice {
     }
 }
 
-impl Device for CudaDevice {
+// SAFETY: every method is the CUDA driver call of the same meaning on this
+// device's retained primary context (allocations checked for alignment,
+// `CUevent*` as the event type, `cuLaunchHostFunc` for `release_after`),
+// and driver failures are returned as errors.
+unsafe impl Device for CudaDevice {
     fn device_type(&self) -> DeviceType {
         self.kind.device_type()
     }
@@ -337,7 +341,9 @@ impl Device for CudaDevice {
                 "the driver returned {ptr:p}, not aligned to {ALIGNMENT} bytes"
             )));
         }
-        Ok(DeviceBuffer::new(ptr, len, Box::new(allocation)))
+        // SAFETY: `allocation` owns at least `len` bytes at `ptr` and frees
+        // them on drop.
+        Ok(unsafe { DeviceBuffer::new(ptr, len, Box::new(allocation)) })
     }
 
     /// Pinned host memory (`cuMemHostAlloc`, portable): the variadic-sizes
@@ -347,7 +353,9 @@ impl Device for CudaDevice {
         let allocation =
             Allocation::new(Arc::clone(&self.context), MemoryKind::Pinned, len.max(1)).ok()?;
         let ptr = allocation.ptr();
-        Some(DeviceBuffer::new(ptr, len, Box::new(allocation)))
+        // SAFETY: `allocation` owns at least `len` bytes of pinned host
+        // memory at `ptr` and frees them on drop.
+        Some(unsafe { DeviceBuffer::new(ptr, len, Box::new(allocation)) })
     }
 
     fn create_stream(&self) -> Result<Stream> {
@@ -358,7 +366,8 @@ impl Device for CudaDevice {
     fn create_event(&self) -> Result<Event> {
         let event = CudaEvent::new(Arc::clone(&self.context)).map_err(|e| self.error(e))?;
         let sync_event = event.sync_event();
-        Ok(Event::new(Box::new(event), sync_event))
+        // SAFETY: a `CUevent*` into the boxed event, which the handle keeps.
+        Ok(unsafe { Event::new(Box::new(event), sync_event) })
     }
 
     fn record_event(&self, event: &Event, stream: &Stream) -> Result<()> {

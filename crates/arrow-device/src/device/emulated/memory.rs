@@ -170,7 +170,8 @@ pub(super) fn allocate(device_id: i64, len: usize, strict: bool) -> Result<Devic
     if len == 0 {
         // Never dereferenced and never registered: every zero-length copy is a
         // no-op, and a host read of address 64 faults like device memory.
-        return Ok(DeviceBuffer::new(ALIGNMENT as *mut u8, 0, Box::new(())));
+        // SAFETY: zero bytes: an aligned pointer valid for nothing.
+        return Ok(unsafe { DeviceBuffer::new(ALIGNMENT as *mut u8, 0, Box::new(())) });
     }
     let mapped_len = len
         .checked_next_multiple_of(page_size())
@@ -198,11 +199,15 @@ pub(super) fn allocate(device_id: i64, len: usize, strict: bool) -> Result<Devic
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(device_ptr, entry);
-    Ok(DeviceBuffer::new(
-        device_ptr as *mut u8,
-        len,
-        Box::new(Allocation { device_ptr, id }),
-    ))
+    // SAFETY: the mapping holds at least `len` bytes and is unmapped when
+    // its `Allocation` drops.
+    Ok(unsafe {
+        DeviceBuffer::new(
+            device_ptr as *mut u8,
+            len,
+            Box::new(Allocation { device_ptr, id }),
+        )
+    })
 }
 
 /// Where a validated device range lies: enough to find its alias again when

@@ -378,7 +378,10 @@ impl fmt::Debug for EmulatedDevice {
     }
 }
 
-impl Device for EmulatedDevice {
+// SAFETY: memory is mapped and registered per allocation (`memory`), copies
+// and events are ordered by the emulated streams, and every wait returns
+// only once the work it waits for has run (`stream`, `event`).
+unsafe impl Device for EmulatedDevice {
     fn device_type(&self) -> DeviceType {
         DeviceType::EXT_DEV
     }
@@ -418,7 +421,8 @@ impl Device for EmulatedDevice {
     fn create_event(&self) -> Result<Event> {
         let event = EmulatedEvent::new();
         let sync_event = event.sync_event();
-        Ok(Event::new(Box::new(event), sync_event))
+        // SAFETY: points into the boxed event, which the handle keeps.
+        Ok(unsafe { Event::new(Box::new(event), sync_event) })
     }
 
     fn record_event(&self, event: &Event, stream: &Stream) -> Result<()> {

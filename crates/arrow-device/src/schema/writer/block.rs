@@ -32,7 +32,9 @@ pub(super) fn build(root: Node<'_>, plan: &Plan) -> Result<FFI_ArrowSchema> {
         next_byte: 0,
     };
     let mut out = FFI_ArrowSchema::empty();
-    let written = writer.node(root, raw::schema_mut(&mut out));
+    // SAFETY: the writer fills the struct with nodes of the block, whose
+    // `release` it sets last, once everything it refers to is written.
+    let written = writer.node(root, unsafe { raw::schema_mut(&mut out) });
     if written.is_ok() {
         // The root and every node below it.
         for _ in 0..plan.nodes + 1 {
