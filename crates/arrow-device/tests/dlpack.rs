@@ -20,7 +20,7 @@ use arrow_device::abi::DeviceType;
 use std::time::Duration;
 
 use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
-use arrow_device::device::{Device, DeviceBuffer, DeviceRef, Event, Stream};
+use arrow_device::device::{DeviceBuffer, DeviceRef};
 use arrow_device::dlpack::abi::{
     type_code, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion,
     DLTensor, DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -33,7 +33,7 @@ use arrow_device::{DeviceArray, Result, ValidationLevel};
 use arrow_schema::DataType;
 use half::f16;
 
-use common::{assert_mentions, assert_same, device_array, emulated, Counters};
+use common::{assert_mentions, assert_same, device_array, emulated, Counters, CountingWaits};
 
 fn cpu(array: &dyn Array) -> DeviceArray {
     device_array(array, ValidationLevel::Full)
@@ -888,79 +888,13 @@ fn a_hand_made_ext_dev_tensor_is_read_through_the_device() {
     );
 }
 
-/// An emulated device that counts how often the host waits on an event.
-#[derive(Debug)]
-struct CountingWaits {
-    inner: DeviceRef,
-    host_waits: AtomicUsize,
-}
-
-/// Writes `Device` methods that hand every argument to `self.inner`
-/// unchanged; the `unsafe` ones pass their caller's contract on as it is.
-macro_rules! forward_to_inner {
-    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {$(
-        fn $name(&self $(, $arg: $ty)*) -> $ret {
-            self.inner.$name($($arg),*)
-        }
-    )*};
-    ($(unsafe fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {$(
-        unsafe fn $name(&self $(, $arg: $ty)*) -> $ret {
-            // SAFETY: `self.inner` is given what our caller vouched for.
-            unsafe { self.inner.$name($($arg),*) }
-        }
-    )*};
-}
-
-/// Every method but `synchronize_sync_event` (counted) and `as_any` goes to
-/// the wrapped device.
-// SAFETY: every promise is the wrapped device's; counting changes nothing.
-unsafe impl Device for CountingWaits {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()> {
-        if !sync_event.is_null() {
-            self.host_waits.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: forwarded contract.
-        unsafe { self.inner.synchronize_sync_event(sync_event) }
-    }
-
-    forward_to_inner! {
-        fn device_type(&self) -> DeviceType;
-        fn device_id(&self) -> i64;
-        fn allocate(&self, len: usize) -> Result<DeviceBuffer>;
-        fn create_stream(&self) -> Result<Stream>;
-        fn create_event(&self) -> Result<Event>;
-        fn record_event(&self, event: &Event, stream: &Stream) -> Result<()>;
-        fn synchronize_stream(&self, stream: &Stream) -> Result<()>;
-    }
-
-    forward_to_inner! {
-        unsafe fn stream_wait_sync_event(&self, stream: &Stream, sync_event: *mut c_void)
-            -> Result<()>;
-        unsafe fn copy_from_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream)
-            -> Result<()>;
-        unsafe fn copy_to_host(&self, src: *const u8, dst: *mut u8, len: usize, stream: &Stream)
-            -> Result<()>;
-        unsafe fn copy_device_to_device(
-            &self, src_device: &dyn Device,
-            src: *const u8, dst: *mut u8, len: usize, stream: &Stream,
-        ) -> Result<()>;
-    }
-}
-
 #[test]
 fn export_waits_on_the_producers_sync_event_unless_told_not_to() {
     let config = EmulatedConfig {
         strict: true,
         delay: Duration::from_millis(2),
     };
-    let device = Arc::new(CountingWaits {
-        inner: EmulatedDevice::new(5, config),
-        host_waits: AtomicUsize::new(0),
-    });
+    let device = Arc::new(CountingWaits::new(EmulatedDevice::new(5, config)));
     let device_ref: DeviceRef = device.clone();
     let on_device = cpu(&Int32Array::from(vec![1, 2, 3]))
         .to_device(&device_ref)

@@ -614,3 +614,32 @@ fn a_device_copy_lets_go_of_its_host_source_once_the_copy_has_run() {
     let expected = arrow_array::Int64Array::from_iter_values(0..4096);
     assert_same("int64 on the device", &expected, back.as_ref());
 }
+
+#[test]
+fn a_host_accessible_array_with_a_sync_event_is_waited_on_by_the_host_once() {
+    use arrow_device::device::emulated::{EmulatedConfig, EmulatedDevice};
+    use common::CountingWaits;
+    // Pinned or managed memory (CUDA_HOST, CUDA_MANAGED) with an event: the
+    // import waits on the host to read the last offset there, and from then
+    // on the event is complete for every reader of the tree.
+    let config = EmulatedConfig {
+        strict: false,
+        delay: std::time::Duration::from_millis(2),
+    };
+    let device = std::sync::Arc::new(CountingWaits::host_accessible(EmulatedDevice::new(
+        731, config,
+    )));
+    let device_ref: device::DeviceRef = device.clone();
+    arrow_device::device::register(device_ref.clone());
+    let strings = arrow_array::StringArray::from(vec![Some("pinned"), None, Some("memory")]);
+    let (array, schema) = arrow_device::export_array_to(&strings, &device_ref).unwrap();
+    assert!(!array.sync_event.is_null());
+    // SAFETY: our own export.
+    let imported =
+        unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }.unwrap();
+    assert_eq!(device.waits(), (1, 0), "the import waits on the host");
+    assert_eq!(imported.to_host().unwrap().as_ref(), &strings as &dyn Array);
+    imported.synchronize().unwrap();
+    imported.slice(1, 2).unwrap().to_host().unwrap();
+    assert_eq!(device.waits(), (1, 0), "nothing waits a second time");
+}

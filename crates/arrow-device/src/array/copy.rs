@@ -18,7 +18,7 @@ use crate::array::device_reads::{read_values, After, DeviceRead};
 use crate::array::export::KeepAlive;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
-use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Event, Stream};
+use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Event, Stream, SyncEvent};
 use crate::error::{Error, Path, Result};
 
 /// Alignment of every buffer inside a tree's allocation.
@@ -70,9 +70,10 @@ impl PendingMemory {
 impl Drop for PendingMemory {
     fn drop(&mut self) {
         // SAFETY: the event was created by `device` and lives in `self`.
+        let sync = unsafe { SyncEvent::new(self.event.sync_event()) };
         // A failure cannot be reported from a destructor; the memory is freed
         // by the device's own deallocation, which orders after pending work.
-        let _ = unsafe { self.device.synchronize_sync_event(self.event.sync_event()) };
+        let _ = sync.wait_host(self.device.as_ref());
     }
 }
 
@@ -170,13 +171,12 @@ pub(crate) fn host_to_device(
 pub(crate) fn device_to_device(
     node: &Node,
     src: &DeviceRef,
-    sync_event: *mut c_void,
+    sync_event: &SyncEvent,
     src_keep: KeepAlive,
     dst: &DeviceRef,
 ) -> Result<Copied> {
     if src.is_cpu_accessible() {
-        // SAFETY: `sync_event` is the producer's event for `src` (or NULL).
-        unsafe { src.synchronize_sync_event(sync_event) }?;
+        sync_event.wait_host(src.as_ref())?;
         return host_to_device(node, src_keep, dst);
     }
     if src.device_type() == dst.device_type() {
@@ -184,8 +184,8 @@ pub(crate) fn device_to_device(
         let (offsets, total) = plan(node)?;
         let memory = dst.allocate(total)?;
         let stream = dst.create_stream()?;
-        // SAFETY: same device type, so the event type matches.
-        unsafe { dst.stream_wait_sync_event(&stream, sync_event) }?;
+        // Same device type, so the event type matches.
+        sync_event.order_stream(dst.as_ref(), &stream)?;
         let copied = relocate(node, &offsets, memory.as_ptr());
         let result = for_each_pair(node, &copied, |from, to| {
             // SAFETY: `from` is valid on `src` (kept by `src_keep`), `to`
@@ -257,12 +257,11 @@ fn finish_device_copy(
 pub(crate) fn device_to_host(
     node: &Node,
     src: &DeviceRef,
-    sync_event: *mut c_void,
+    sync_event: &SyncEvent,
 ) -> Result<(Node, Buffer)> {
     let mut node = node.trimmed();
     let stream = src.create_stream()?;
-    // SAFETY: `sync_event` is the producer's event for this device (or NULL).
-    unsafe { src.stream_wait_sync_event(&stream, sync_event) }?;
+    sync_event.order_stream(src.as_ref(), &stream)?;
     narrow_string_data(&mut node, src, &stream)?;
     let node = &node;
     let (offsets, total) = plan(node)?;

@@ -41,7 +41,7 @@ use crate::array::export::{export_node, KeepAlive};
 use crate::array::import::Importer;
 use crate::array::layout;
 use crate::array::node::{wrap_owned, Node, RawBuf};
-use crate::device::{self, DeviceRef};
+use crate::device::{self, DeviceRef, SyncEvent};
 use crate::error::{Error, Path, Result};
 use crate::validate::{self, ValidationLevel};
 
@@ -77,10 +77,9 @@ struct Storage {
     device_type: DeviceType,
     device_id: i64,
     device: Option<DeviceRef>,
-    /// The producer's event, valid while `_keep` lives.
-    sync_event: *mut c_void,
-    /// Set once the host has waited on `sync_event`.
-    host_synced: AtomicBool,
+    /// The producer's event (kept valid by `_keep`), the one owner of every
+    /// wait on it.
+    sync: SyncEvent,
     /// Whether the import checked all the structure arrow-rs builds its
     /// arrays on (`validate::structure`), which depends on the level and
     /// the types in the tree (`layout::structure_unchecked_at`).
@@ -112,25 +111,12 @@ enum Keep {
     },
 }
 
-// SAFETY: `sync_event` is only passed to the device API; everything else is
-// Send + Sync.
+// SAFETY: the node's pointers are only handed to the device API (or read
+// on the host where the device allows it); everything else is Send + Sync.
 unsafe impl Send for Storage {}
 // SAFETY: as above.
 unsafe impl Sync for Storage {}
 impl std::panic::RefUnwindSafe for Storage {}
-
-impl Storage {
-    /// Waits on the host for the producer's event, once.
-    fn host_sync(&self, device: &DeviceRef) -> Result<()> {
-        if !self.host_synced.load(Ordering::Acquire) {
-            // SAFETY: `sync_event` belongs to this device type and is kept
-            // valid by `_keep`.
-            unsafe { device.synchronize_sync_event(self.sync_event) }?;
-            self.host_synced.store(true, Ordering::Release);
-        }
-        Ok(())
-    }
-}
 
 impl DeviceArray {
     fn node(&self) -> &Node {
@@ -208,23 +194,21 @@ impl DeviceArray {
         let device = device::lookup(array.device_type, array.device_id);
         let device_type = array.device_type;
         let device_id = array.device_id;
-        let sync_event = array.sync_event;
+        // SAFETY: the caller promises an event of `device_type`; `array`,
+        // which the storage keeps, keeps it valid.
+        let sync = unsafe { SyncEvent::new(array.sync_event) };
         let raw = crate::abi::raw::array(&array.array);
         // SAFETY: the struct is non-released and owned by `array`, which an
         // error return releases.
-        let (node, sizes_known) = unsafe {
-            Importer::new(level, device.as_ref()).import(raw, field.data_type(), sync_event)
-        }?;
-        let host_synced =
-            device.as_ref().is_some_and(|d| d.is_cpu_accessible()) && sync_event.is_null();
+        let (node, sizes_known) =
+            unsafe { Importer::new(level, device.as_ref()).import(raw, field.data_type(), &sync) }?;
         // Moving the struct is allowed (spec: "Moving an array"): the node's
         // pointers point into the producer's memory, not into the struct.
         let storage = Arc::new(Storage {
             device_type,
             device_id,
             device,
-            sync_event,
-            host_synced: AtomicBool::new(host_synced),
+            sync,
             structure_checked: !layout::structure_unchecked_at(field.data_type(), level),
             values_checked: AtomicBool::new(false),
             sizes_known,
@@ -316,7 +300,13 @@ impl DeviceArray {
 
     /// The producer's `sync_event` (NULL when none).
     pub fn sync_event(&self) -> *mut c_void {
-        self.storage.sync_event
+        self.storage.sync.as_ptr()
+    }
+
+    /// The owner of every wait on this tree's `sync_event`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn sync(&self) -> &SyncEvent {
+        &self.storage.sync
     }
 
     /// The field (name, type, nullability, metadata) from the schema.
@@ -500,14 +490,14 @@ impl DeviceArray {
     fn host_data(&self) -> Result<ArrayData> {
         let device = self.require_device()?;
         let data = if device.is_cpu_accessible() {
-            self.storage.host_sync(device)?;
+            self.storage.sync.wait_host(device.as_ref())?;
             let owner: Arc<dyn Allocation> = self.storage.clone();
             // SAFETY: CPU-accessible memory, synchronized above, kept alive
             // by `owner`; the tree passed import validation.
             unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?
         } else {
             let (host_node, memory) =
-                copy::device_to_host(self.node(), device, self.storage.sync_event)?;
+                copy::device_to_host(self.node(), device, &self.storage.sync)?;
             let base = memory.as_ptr() as usize;
             // SAFETY: every buffer of `host_node` lies inside `memory`, which
             // each slice keeps alive.
@@ -567,24 +557,29 @@ impl DeviceArray {
         }
         if device.device_type() == DeviceType::CPU {
             let (node, keep): (Node, KeepAlive) = if src.is_cpu_accessible() {
-                self.storage.host_sync(src)?;
+                self.storage.sync.wait_host(src.as_ref())?;
                 (self.node().clone(), self.storage.clone())
             } else {
-                let (node, memory) =
-                    copy::device_to_host(self.node(), src, self.storage.sync_event)?;
+                let (node, memory) = copy::device_to_host(self.node(), src, &self.storage.sync)?;
                 (node, Arc::new(memory))
             };
-            return Ok(self.with_storage(node, device.clone(), std::ptr::null_mut(), keep));
+            // SAFETY: no event.
+            return Ok(unsafe {
+                self.with_storage(node, device.clone(), std::ptr::null_mut(), keep)
+            });
         }
         let src_keep: KeepAlive = self.storage.clone();
         let copied =
-            copy::device_to_device(self.node(), src, self.storage.sync_event, src_keep, device)?;
-        Ok(self.with_storage(
-            copied.node,
-            copied.device,
-            copied.sync_event,
-            copied.keep_alive,
-        ))
+            copy::device_to_device(self.node(), src, &self.storage.sync, src_keep, device)?;
+        // SAFETY: the copy's event, of `copied.device`, kept by its memory.
+        Ok(unsafe {
+            self.with_storage(
+                copied.node,
+                copied.device,
+                copied.sync_event,
+                copied.keep_alive,
+            )
+        })
     }
 
     /// Exports this array (zero-copy) as a new pair of C structs that keep it
@@ -604,7 +599,7 @@ impl DeviceArray {
                 keep,
                 (self.storage.device_type, self.storage.device_id),
                 self.storage.device.as_deref(),
-                self.storage.sync_event,
+                self.storage.sync.as_ptr(),
             ),
             schema,
         ))
@@ -637,7 +632,7 @@ impl DeviceArray {
             HandOn::DeviceInterface if layout::contains(self.data_type(), &layout::is_view) => {
                 refuse("a view array's variadic buffer sizes live in memory this crate cannot read")
             }
-            HandOn::Dlpack if !self.storage.sync_event.is_null() => {
+            HandOn::Dlpack if self.storage.sync.is_some() => {
                 refuse("DLPack carries no sync_event, and this one cannot be waited on here")
             }
             _ => Ok(()),
@@ -652,7 +647,7 @@ impl DeviceArray {
     /// An array without a `sync_event` returns at once; one whose device has
     /// no implementation here cannot be waited on and is an error.
     pub fn synchronize(&self) -> Result<()> {
-        if self.storage.sync_event.is_null() {
+        if !self.storage.sync.is_pending() {
             return Ok(());
         }
         let device = self.storage.device.as_ref().ok_or_else(|| {
@@ -662,7 +657,7 @@ impl DeviceArray {
                 self.storage.device_type, self.storage.device_id
             ))
         })?;
-        self.storage.host_sync(device)
+        self.storage.sync.wait_host(device.as_ref())
     }
 
     /// The same data ordered after `sync_event` (an event of the array's
@@ -695,14 +690,15 @@ impl DeviceArray {
         let keep: KeepAlive = Arc::new((self.storage.clone(), keep));
         // With a device every size was read at import: `with_storage`'s
         // "all sizes known" holds.
-        Ok(self.with_storage(self.node().clone(), device, sync_event, keep))
+        // SAFETY: forwarded from the caller; `keep` holds the caller's.
+        Ok(unsafe { self.with_storage(self.node().clone(), device, sync_event, keep) })
     }
 
     /// Whether the host has already waited on the `sync_event` (or there
     /// is none): nothing is pending on the data.
     #[cfg(feature = "cuda")]
     pub(crate) fn is_synchronized(&self) -> bool {
-        self.storage.sync_event.is_null() || self.storage.host_synced.load(Ordering::Acquire)
+        !self.storage.sync.is_pending()
     }
 
     /// A handle over a tree this crate described itself (every size known,
@@ -720,9 +716,7 @@ impl DeviceArray {
             device_type,
             device_id,
             device,
-            sync_event: std::ptr::null_mut(),
-            // Without an event there is nothing to wait for.
-            host_synced: AtomicBool::new(true),
+            sync: SyncEvent::none(),
             // Fixed-width values (every bit pattern is a value) and bitmaps
             // that this crate made: nothing to check.
             structure_checked: true,
@@ -739,20 +733,22 @@ impl DeviceArray {
         }
     }
 
-    fn with_storage(
+    /// # Safety
+    /// `sync_event` is NULL or an event of `device`'s type, valid while
+    /// `keep` lives.
+    unsafe fn with_storage(
         &self,
         node: Node,
         device: DeviceRef,
         sync_event: *mut c_void,
         keep: KeepAlive,
     ) -> DeviceArray {
-        let host_synced = device.is_cpu_accessible() && sync_event.is_null();
         let storage = Arc::new(Storage {
             device_type: device.device_type(),
             device_id: device.device_id(),
             device: Some(device),
-            sync_event,
-            host_synced: AtomicBool::new(host_synced),
+            // SAFETY: forwarded from the caller.
+            sync: unsafe { SyncEvent::new(sync_event) },
             // A copy (or a re-ordering) of checked data is checked.
             structure_checked: self.storage.structure_checked,
             values_checked: AtomicBool::new(self.values_checked()),

@@ -9,11 +9,9 @@
 //! copy may still write them: a failure drains the stream first, and when
 //! even the wait fails they are leaked.
 
-use std::ffi::c_void;
-
 use smallvec::SmallVec;
 
-use crate::device::{drain_then_free, DeviceRef, Stream};
+use crate::device::{drain_then_free, DeviceRef, Stream, SyncEvent};
 use crate::error::Result;
 
 /// One signed, native-endian value of `width` bytes (2, 4 or 8) to read.
@@ -29,9 +27,9 @@ pub(crate) struct DeviceRead {
 /// What the reads must come after.
 #[derive(Clone, Copy)]
 pub(crate) enum After<'s> {
-    /// The producer's `sync_event` for the device (or NULL): waited on the
-    /// host for host-accessible memory, by a stream of ours otherwise.
-    SyncEvent(*mut c_void),
+    /// The producer's `sync_event` for the device: waited on the host for
+    /// host-accessible memory, by a stream of ours otherwise.
+    SyncEvent(&'s SyncEvent),
     /// A stream of the device already ordered after the producer.
     Stream(&'s Stream),
 }
@@ -41,8 +39,7 @@ pub(crate) enum After<'s> {
 /// # Safety
 /// Each read's `ptr` must be valid for `width` bytes: host-readable where
 /// `host` is set or the device is host-accessible, device memory of
-/// `device` otherwise. A `SyncEvent` is the producer's event for `device`,
-/// or NULL.
+/// `device` otherwise.
 pub(crate) unsafe fn read_values(
     device: &DeviceRef,
     after: After<'_>,
@@ -54,8 +51,7 @@ pub(crate) unsafe fn read_values(
     }
     let host_accessible = device.is_cpu_accessible();
     if let (true, After::SyncEvent(sync_event)) = (host_accessible, after) {
-        // SAFETY: the producer's event for this device (or NULL).
-        unsafe { device.synchronize_sync_event(sync_event) }?;
+        sync_event.wait_host(device.as_ref())?;
     }
     let on_device = |read: &DeviceRead| !(host_accessible || read.host);
     for (value, read) in values.iter_mut().zip(reads) {
@@ -73,8 +69,7 @@ pub(crate) unsafe fn read_values(
         After::Stream(stream) => stream,
         After::SyncEvent(sync_event) => {
             own_stream = device.create_stream()?;
-            // SAFETY: the producer's event for this device (or NULL).
-            unsafe { device.stream_wait_sync_event(&own_stream, sync_event) }?;
+            sync_event.order_stream(device.as_ref(), &own_stream)?;
             &own_stream
         }
     };

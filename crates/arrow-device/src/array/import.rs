@@ -17,7 +17,7 @@ use crate::abi::raw;
 use crate::array::device_reads::{read_values, After, DeviceRead};
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, Pending, RawBuf};
-use crate::device::DeviceRef;
+use crate::device::{DeviceRef, SyncEvent};
 use crate::error::{Error, Path, Result};
 use crate::validate::ValidationLevel;
 
@@ -54,7 +54,7 @@ impl<'d> Importer<'d> {
         mut self,
         array: &raw::ArrowArray,
         data_type: &DataType,
-        sync_event: *mut c_void,
+        sync_event: &SyncEvent,
     ) -> Result<(Node, bool)> {
         let root = Path::root();
         // SAFETY: forwarded from the caller.
@@ -363,10 +363,9 @@ impl<'d> Importer<'d> {
     }
 
     /// Reads every pending value, in one batch after the producer's event.
-    fn read_all(&self, device: &DeviceRef, sync_event: *mut c_void) -> Result<SmallVec<[i64; 4]>> {
+    fn read_all(&self, device: &DeviceRef, sync_event: &SyncEvent) -> Result<SmallVec<[i64; 4]>> {
         // SAFETY: every read lies inside a buffer the structural checks
-        // sized, in host memory where `host` is set; `sync_event` is the
-        // producer's event for this device (or NULL).
+        // sized, in host memory where `host` is set.
         unsafe { read_values(device, After::SyncEvent(sync_event), &self.reads) }
     }
 }

@@ -43,6 +43,9 @@ pub mod cpu;
 pub mod cuda;
 pub mod emulated;
 pub mod host;
+mod sync_event;
+
+pub(crate) use sync_event::SyncEvent;
 
 use std::any::Any;
 use std::collections::HashMap;

@@ -93,12 +93,12 @@ pub fn export_dlpack_for_stream(
         .and_then(|d| crate::device::cuda::CudaDevice::of(d.as_ref()))
     {
         let tensor = export_dlpack_unsynchronized(array, versioned)?;
-        if !array.is_synchronized() {
-            // SAFETY: the array's own event, kept valid by the tensor's
-            // clone of the array; the stream is the consumer's, which the
-            // protocol makes it answer for.
-            unsafe { cuda.make_stream_wait(stream, array.sync_event()) }?;
-        }
+        // SAFETY: the array's own event, kept valid by the tensor's clone
+        // of the array; the stream is the consumer's, which the protocol
+        // makes it answer for.
+        array
+            .sync()
+            .order_foreign(|event| unsafe { cuda.make_stream_wait(stream, event) })?;
         return Ok(tensor);
     }
     let _ = stream;

@@ -12,6 +12,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod async_harness;
+mod counting_device;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 mod release;
@@ -30,6 +31,7 @@ use arrow_device::{
     export_array, export_record_batch, export_record_batch_to, DeviceArray, Error, ValidationLevel,
 };
 
+pub use counting_device::CountingWaits;
 pub use release::{counting, Counters};
 pub use types::{all_types, batch_with_metadata, EXTENSION_NAME};
 

@@ -255,12 +255,11 @@ pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
             mask: None,
         });
     };
-    interface.stream = if array.is_synchronized() {
-        None
-    } else {
+    interface.stream = array
+        .sync()
         // SAFETY: the array's own event, kept valid by the array.
-        unsafe { cuda.stream_after(array.sync_event()) }?
-    };
+        .order_foreign(|event| unsafe { cuda.stream_after(event) })?
+        .flatten();
     let validity = array.buffers().first().map_or(std::ptr::null(), |b| b.ptr);
     let has_nulls = !validity.is_null() && array.null_count() != Some(0) && !array.is_empty();
     let mask = if has_nulls {
@@ -281,8 +280,7 @@ fn mask_of(
 ) -> Result<CaiMask> {
     let len = array.len();
     let (stream, raw) = conversion_stream(device, cuda)?;
-    // SAFETY: the array's event (or NULL), kept valid by the array.
-    unsafe { device.stream_wait_sync_event(&stream, array.sync_event()) }?;
+    array.sync().order_stream(device.as_ref(), &stream)?;
     let buffer = device.allocate(len)?;
     let dst = buffer.as_ptr();
     // SAFETY: the bitmap covers `offset + len` bits (an imported array was
@@ -313,7 +311,10 @@ fn mask_of(
     )?;
     let mut interface = cai::describe_values(&bytes)?;
     interface.typestr = "|b1".to_string();
-    // SAFETY: the mask's event, kept by `bytes`.
-    interface.stream = unsafe { cuda.stream_after(bytes.sync_event()) }?;
+    interface.stream = bytes
+        .sync()
+        // SAFETY: the mask's event, kept by `bytes`.
+        .order_foreign(|event| unsafe { cuda.stream_after(event) })?
+        .flatten();
     Ok(CaiMask { interface, bytes })
 }
