@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use arrow_buffer::Buffer;
 use arrow_schema::DataType;
-use smallvec::{smallvec, SmallVec};
+use smallvec::smallvec;
 
 use crate::array::device_reads::{read_values, After, DeviceRead};
-use crate::array::export::KeepAlive;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
-use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Event, Stream, SyncEvent};
+use crate::array::owner::{Owner, PendingMemory};
+use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream, SyncEvent};
 use crate::error::{Error, Path, Result};
 
 /// Alignment of every buffer inside a tree's allocation.
@@ -27,54 +27,10 @@ const ALIGN: usize = 64;
 /// A tree copied onto a device, with what keeps it valid.
 pub(crate) struct Copied {
     pub node: Node,
-    pub keep_alive: KeepAlive,
+    pub owner: Owner,
     pub device: DeviceRef,
     /// The event recorded after the copies (NULL for devices without events).
     pub sync_event: *mut c_void,
-}
-
-/// Device memory that queued work writes (a copied tree, the bitmaps of a
-/// conversion), with what that work reads. Dropping it first waits for the
-/// work (the event), so sources and destination stay valid while it runs,
-/// even when a consumer releases the array without waiting on its
-/// `sync_event`.
-pub(crate) struct PendingMemory {
-    device: DeviceRef,
-    event: Event,
-    _stream: Stream,
-    _memory: SmallVec<[DeviceBuffer; 2]>,
-    /// What the work reads, when the device could not take it over.
-    _sources: Option<Box<dyn std::any::Any + Send + Sync>>,
-}
-
-impl PendingMemory {
-    /// Owns `memory`, written by work queued on `stream` before `event`
-    /// (of `device`) was recorded, and `sources`, which that work reads.
-    pub(crate) fn new(
-        device: DeviceRef,
-        event: Event,
-        stream: Stream,
-        memory: SmallVec<[DeviceBuffer; 2]>,
-        sources: Option<Box<dyn std::any::Any + Send + Sync>>,
-    ) -> Self {
-        PendingMemory {
-            device,
-            event,
-            _stream: stream,
-            _memory: memory,
-            _sources: sources,
-        }
-    }
-}
-
-impl Drop for PendingMemory {
-    fn drop(&mut self) {
-        // SAFETY: the event was created by `device` and lives in `self`.
-        let sync = unsafe { SyncEvent::new(self.event.sync_event()) };
-        // A failure cannot be reported from a destructor; the memory is freed
-        // by the device's own deallocation, which orders after pending work.
-        let _ = sync.wait_host(self.device.as_ref());
-    }
 }
 
 /// Lays out the buffers of `node` in one allocation: returns each buffer's
@@ -147,11 +103,7 @@ fn for_each_pair(
 
 /// Copies a tree of host-readable buffers onto `device`. `sources` keeps the
 /// host buffers alive until the copies have completed.
-pub(crate) fn host_to_device(
-    node: &Node,
-    sources: KeepAlive,
-    device: &DeviceRef,
-) -> Result<Copied> {
+pub(crate) fn host_to_device(node: &Node, sources: Owner, device: &DeviceRef) -> Result<Copied> {
     let node = &node.trimmed();
     let (offsets, total) = plan(node)?;
     let memory = device.allocate(total)?;
@@ -172,12 +124,12 @@ pub(crate) fn device_to_device(
     node: &Node,
     src: &DeviceRef,
     sync_event: &SyncEvent,
-    src_keep: KeepAlive,
+    src_owner: Owner,
     dst: &DeviceRef,
 ) -> Result<Copied> {
     if src.is_cpu_accessible() {
         sync_event.wait_host(src.as_ref())?;
-        return host_to_device(node, src_keep, dst);
+        return host_to_device(node, src_owner, dst);
     }
     if src.device_type() == dst.device_type() {
         let node = &node.trimmed();
@@ -188,7 +140,7 @@ pub(crate) fn device_to_device(
         sync_event.order_stream(dst.as_ref(), &stream)?;
         let copied = relocate(node, &offsets, memory.as_ptr());
         let result = for_each_pair(node, &copied, |from, to| {
-            // SAFETY: `from` is valid on `src` (kept by `src_keep`), `to`
+            // SAFETY: `from` is valid on `src` (kept by `src_owner`), `to`
             // lies inside `memory`.
             unsafe {
                 dst.copy_device_to_device(
@@ -202,13 +154,15 @@ pub(crate) fn device_to_device(
         });
         match result {
             Err(Error::NotSupported(_)) => {}
-            other => return finish_device_copy(copied, other, dst, stream, memory, Some(src_keep)),
+            other => {
+                return finish_device_copy(copied, other, dst, stream, memory, Some(src_owner))
+            }
         }
     }
     // Stage through the host: one host copy, then one upload.
     let (host_node, host_memory) = device_to_host(node, src, sync_event)?;
-    let keep: KeepAlive = Arc::new(host_memory);
-    host_to_device(&host_node, keep, dst)
+    let owner: Owner = Arc::new(host_memory);
+    host_to_device(&host_node, owner, dst)
 }
 
 fn finish_device_copy(
@@ -217,7 +171,7 @@ fn finish_device_copy(
     device: &DeviceRef,
     stream: Stream,
     memory: DeviceBuffer,
-    sources: Option<KeepAlive>,
+    sources: Option<Owner>,
 ) -> Result<Copied> {
     if let Err(e) = queued {
         return Err(drain_then_free(device, &stream, memory, e));
@@ -237,7 +191,7 @@ fn finish_device_copy(
         Err(e) => return Err(drain_then_free(device, &stream, memory, e)),
     };
     let sync_event = event.sync_event();
-    let keep_alive: KeepAlive = Arc::new(PendingMemory::new(
+    let owner: Owner = Arc::new(PendingMemory::new(
         device.clone(),
         event,
         stream,
@@ -246,7 +200,7 @@ fn finish_device_copy(
     ));
     Ok(Copied {
         node,
-        keep_alive,
+        owner,
         device: device.clone(),
         sync_event,
     })

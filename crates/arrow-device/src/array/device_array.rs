@@ -37,10 +37,11 @@ use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 
 use crate::abi::{ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
 use crate::array::copy;
-use crate::array::export::{export_node, KeepAlive};
+use crate::array::export::export_node;
 use crate::array::import::Importer;
 use crate::array::layout;
 use crate::array::node::{wrap_owned, Node, RawBuf};
+use crate::array::owner::Owner;
 use crate::device::{self, DeviceRef, SyncEvent};
 use crate::error::{Error, Path, Result};
 use crate::validate::{self, ValidationLevel};
@@ -77,7 +78,7 @@ struct Storage {
     device_type: DeviceType,
     device_id: i64,
     device: Option<DeviceRef>,
-    /// The producer's event (kept valid by `_keep`), the one owner of every
+    /// The producer's event (kept valid by `_owner`), the one owner of every
     /// wait on it.
     sync: SyncEvent,
     /// Whether the import checked all the structure arrow-rs builds its
@@ -95,20 +96,17 @@ struct Storage {
     root: Node,
     /// The root's field.
     field: Field,
-    /// The foreign struct (released on drop) or our own device copy.
-    _keep: Keep,
+    /// The foreign struct (released on drop) or what owns our memory.
+    _owner: StorageOwner,
 }
 
 /// What a [`Storage`] keeps alive. An imported struct is held inline rather
 /// than as an `Arc<ArrowDeviceArray>`: one allocation fewer per import.
-enum Keep {
+enum StorageOwner {
     /// Released when the storage drops.
-    Imported {
-        _array: ArrowDeviceArray,
-    },
-    Shared {
-        _memory: KeepAlive,
-    },
+    Imported(#[allow(dead_code)] ArrowDeviceArray),
+    /// Memory of ours, or another tree's storage.
+    Shared(#[allow(dead_code)] Owner),
 }
 
 // SAFETY: the node's pointers are only handed to the device API (or read
@@ -214,7 +212,7 @@ impl DeviceArray {
             sizes_known,
             root: node,
             field,
-            _keep: Keep::Imported { _array: array },
+            _owner: StorageOwner::Imported(array),
         });
         let imported = DeviceArray {
             storage,
@@ -556,7 +554,7 @@ impl DeviceArray {
             return Ok(self.clone());
         }
         if device.device_type() == DeviceType::CPU {
-            let (node, keep): (Node, KeepAlive) = if src.is_cpu_accessible() {
+            let (node, owner): (Node, Owner) = if src.is_cpu_accessible() {
                 self.storage.sync.wait_host(src.as_ref())?;
                 (self.node().clone(), self.storage.clone())
             } else {
@@ -565,24 +563,19 @@ impl DeviceArray {
             };
             // SAFETY: no event.
             return Ok(unsafe {
-                self.with_storage(node, device.clone(), std::ptr::null_mut(), keep)
+                self.with_storage(node, device.clone(), std::ptr::null_mut(), owner)
             });
         }
-        let src_keep: KeepAlive = self.storage.clone();
+        let src_owner: Owner = self.storage.clone();
         let copied =
-            copy::device_to_device(self.node(), src, &self.storage.sync, src_keep, device)?;
+            copy::device_to_device(self.node(), src, &self.storage.sync, src_owner, device)?;
         // SAFETY: the copy's event, of `copied.device`, kept by its memory.
         Ok(unsafe {
-            self.with_storage(
-                copied.node,
-                copied.device,
-                copied.sync_event,
-                copied.keep_alive,
-            )
+            self.with_storage(copied.node, copied.device, copied.sync_event, copied.owner)
         })
     }
 
-    /// Exports this array (zero-copy) as a new pair of C structs that keep it
+    /// Exports this array (zero-copy) as a new pair of C structs that owner it
     /// alive; `sync_event` is the producer's, still owned by this tree.
     ///
     /// An array on a device type without an implementation here (opaque) is
@@ -592,11 +585,11 @@ impl DeviceArray {
     pub fn export(&self) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
         self.check_hand_on(HandOn::DeviceInterface)?;
         let schema = crate::schema::export_field(self.field())?;
-        let keep: KeepAlive = self.storage.clone();
+        let owner: Owner = self.storage.clone();
         Ok((
             export_node(
                 self.node(),
-                keep,
+                owner,
                 (self.storage.device_type, self.storage.device_id),
                 self.storage.device.as_deref(),
                 self.storage.sync.as_ptr(),
@@ -661,7 +654,7 @@ impl DeviceArray {
     }
 
     /// The same data ordered after `sync_event` (an event of the array's
-    /// device type), which the result exports as its own; `keep` keeps the
+    /// device type), which the result exports as its own; `owner` keeps the
     /// event valid (and whatever else the result needs). For memory handed
     /// over by a foreign producer with a stream (CUDA Array Interface,
     /// DLPack), where the event was recorded on that stream, or after a
@@ -672,12 +665,12 @@ impl DeviceArray {
     ///
     /// # Safety
     /// `sync_event` is NULL or points to an event of the array's device
-    /// type, valid while `keep` lives.
+    /// type, valid while `owner` lives.
     #[cfg(feature = "cuda")]
     pub(crate) unsafe fn ordered_after(
         &self,
         sync_event: *mut c_void,
-        keep: KeepAlive,
+        owner: Owner,
     ) -> Result<DeviceArray> {
         let device = self.require_device()?.clone();
         if !self.is_synchronized() {
@@ -687,11 +680,11 @@ impl DeviceArray {
                     .to_string(),
             ));
         }
-        let keep: KeepAlive = Arc::new((self.storage.clone(), keep));
+        let owner: Owner = Arc::new((self.storage.clone(), owner));
         // With a device every size was read at import: `with_storage`'s
         // "all sizes known" holds.
-        // SAFETY: forwarded from the caller; `keep` holds the caller's.
-        Ok(unsafe { self.with_storage(self.node().clone(), device, sync_event, keep) })
+        // SAFETY: forwarded from the caller; `owner` holds the caller's.
+        Ok(unsafe { self.with_storage(self.node().clone(), device, sync_event, owner) })
     }
 
     /// Whether the host has already waited on the `sync_event` (or there
@@ -702,7 +695,7 @@ impl DeviceArray {
     }
 
     /// A handle over a tree this crate described itself (every size known,
-    /// no `sync_event`) whose memory `keep` keeps valid; `device` is `None`
+    /// no `sync_event`) whose memory `owner` keeps valid; `device` is `None`
     /// for a device type without an implementation.
     pub(crate) fn from_node(
         node: Node,
@@ -710,7 +703,7 @@ impl DeviceArray {
         device_type: DeviceType,
         device_id: i64,
         device: Option<DeviceRef>,
-        keep: KeepAlive,
+        owner: Owner,
     ) -> DeviceArray {
         let storage = Arc::new(Storage {
             device_type,
@@ -724,7 +717,7 @@ impl DeviceArray {
             sizes_known: true,
             root: node,
             field,
-            _keep: Keep::Shared { _memory: keep },
+            _owner: StorageOwner::Shared(owner),
         });
         DeviceArray {
             storage,
@@ -735,13 +728,13 @@ impl DeviceArray {
 
     /// # Safety
     /// `sync_event` is NULL or an event of `device`'s type, valid while
-    /// `keep` lives.
+    /// `owner` lives.
     unsafe fn with_storage(
         &self,
         node: Node,
         device: DeviceRef,
         sync_event: *mut c_void,
-        keep: KeepAlive,
+        owner: Owner,
     ) -> DeviceArray {
         let storage = Arc::new(Storage {
             device_type: device.device_type(),
@@ -755,7 +748,7 @@ impl DeviceArray {
             sizes_known: true,
             root: node,
             field: self.field().clone(),
-            _keep: Keep::Shared { _memory: keep },
+            _owner: StorageOwner::Shared(owner),
         });
         DeviceArray {
             storage,

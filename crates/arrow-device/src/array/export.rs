@@ -23,7 +23,6 @@
 //! assert_eq!(back.as_ref(), &array as &dyn Array);
 //! ```
 
-use std::any::Any;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -37,14 +36,10 @@ use crate::abi::{raw, ArrowDeviceArray, DeviceType, FFI_ArrowSchema};
 use crate::array::copy;
 use crate::array::layout;
 use crate::array::node::{self, Node};
+use crate::array::owner::Owner;
 use crate::device::{self, DeviceBuffer, DeviceRef};
 use crate::error::Result;
 use crate::schema;
-
-/// What keeps an exported tree's memory valid; every node's private data
-/// holds a reference, so children moved out by a consumer stay valid after
-/// the parent is released (spec: "Moving child arrays").
-pub(crate) type KeepAlive = Arc<dyn Any + Send + Sync>;
 
 /// Exports `array` zero-copy on the CPU (`device_id` -1, NULL `sync_event`).
 pub fn export_array(array: &dyn Array) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
@@ -105,12 +100,12 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
     }
     let mut extra = Vec::new();
     let node = Node::from_array_data(&data, &mut extra);
-    let sources: KeepAlive = Arc::new((data, extra));
+    let sources: Owner = Arc::new((data, extra));
     let copied = copy::host_to_device(&node, sources, device)?;
     let device = copied.device.as_ref();
     Ok(export_node(
         &copied.node,
-        copied.keep_alive,
+        copied.owner,
         (device.device_type(), device.device_id()),
         Some(device),
         copied.sync_event,
@@ -119,17 +114,17 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
 
 fn export_cpu(data: ArrayData) -> ArrowDeviceArray {
     // No `Node` tree is built: on the CPU the C structs are written straight
-    // from the arrow-rs data, which `keep` holds.
+    // from the arrow-rs data, which `owner` holds.
     let owned = Arc::new(data);
-    let keep: KeepAlive = owned.clone();
+    let owner: Owner = owned.clone();
     let mut out = ArrowDeviceArray::empty();
     // SAFETY: a struct of our own whose `release` frees its private data.
-    *unsafe { raw::array_mut(&mut out.array) } = export_data_struct(&owned, &keep);
+    *unsafe { raw::array_mut(&mut out.array) } = export_data_struct(&owned, &owner);
     out
 }
 
 /// [`export_struct`] for arrow-rs data on the CPU.
-fn export_data_struct(data: &ArrayData, keep: &KeepAlive) -> raw::ArrowArray {
+fn export_data_struct(data: &ArrayData, owner: &Owner) -> raw::ArrowArray {
     let data_type = data.data_type();
     let has_validity = layout::has_validity(data_type);
     let capacity =
@@ -148,13 +143,13 @@ fn export_data_struct(data: &ArrayData, keep: &KeepAlive) -> raw::ArrowArray {
         DataType::Dictionary(_, _) => (
             Box::default(),
             data.child_data().first().map_or(std::ptr::null_mut(), |d| {
-                Box::into_raw(Box::new(export_data_struct(d, keep)))
+                Box::into_raw(Box::new(export_data_struct(d, owner)))
             }),
         ),
         _ => (
             data.child_data()
                 .iter()
-                .map(|c| Box::into_raw(Box::new(export_data_struct(c, keep))))
+                .map(|c| Box::into_raw(Box::new(export_data_struct(c, owner))))
                 .collect(),
             std::ptr::null_mut(),
         ),
@@ -171,23 +166,23 @@ fn export_data_struct(data: &ArrayData, keep: &KeepAlive) -> raw::ArrowArray {
             dictionary,
             realigned: realigned.pop(),
         },
-        keep,
+        owner,
     )
 }
 
 /// Writes the C struct for `node` on device `(device_type, device_id)`,
-/// whose memory `keep` keeps alive; `device` is its implementation, `None`
+/// whose memory `owner` keeps alive; `device` is its implementation, `None`
 /// for an opaque one (then a view's variadic sizes go on the heap).
 pub(crate) fn export_node(
     node: &Node,
-    keep: KeepAlive,
+    owner: Owner,
     (device_type, device_id): (DeviceType, i64),
     device: Option<&dyn device::Device>,
     sync_event: *mut c_void,
 ) -> ArrowDeviceArray {
     let mut out = ArrowDeviceArray::empty();
     // SAFETY: a struct of our own whose `release` frees its private data.
-    *unsafe { raw::array_mut(&mut out.array) } = export_struct(node, &keep, device);
+    *unsafe { raw::array_mut(&mut out.array) } = export_struct(node, &owner, device);
     out.device_type = device_type;
     out.device_id = device_id;
     out.sync_event = sync_event;
@@ -205,7 +200,7 @@ struct PrivateData {
     _variadic_sizes: VariadicSizes,
     /// A validity bitmap copied to start at the array's offset, if any.
     _realigned: Option<Buffer>,
-    _keep: KeepAlive,
+    _owner: Owner,
 }
 
 /// Where a view array's variadic-sizes buffer lives: host memory that the
@@ -251,7 +246,7 @@ impl VariadicSizes {
 
 fn export_struct(
     node: &Node,
-    keep: &KeepAlive,
+    owner: &Owner,
     device: Option<&dyn device::Device>,
 ) -> raw::ArrowArray {
     let buffers = node
@@ -266,10 +261,10 @@ fn export_struct(
     let children = node
         .children
         .iter()
-        .map(|c| Box::into_raw(Box::new(export_struct(c, keep, device))))
+        .map(|c| Box::into_raw(Box::new(export_struct(c, owner, device))))
         .collect();
     let dictionary = match &node.dictionary {
-        Some(d) => Box::into_raw(Box::new(export_struct(d, keep, device))),
+        Some(d) => Box::into_raw(Box::new(export_struct(d, owner, device))),
         None => std::ptr::null_mut(),
     };
     let null_count = match node.null_count {
@@ -288,7 +283,7 @@ fn export_struct(
             // Node buffers already start at the node's offset.
             realigned: None,
         },
-        keep,
+        owner,
     )
 }
 
@@ -307,7 +302,7 @@ struct Parts {
     realigned: Option<Buffer>,
 }
 
-fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
+fn finish_struct(parts: Parts, owner: &Owner) -> raw::ArrowArray {
     let mut buffers = parts.buffers;
     let variadic_sizes = match parts.variadic_sizes {
         Some(sizes) => {
@@ -322,7 +317,7 @@ fn finish_struct(parts: Parts, keep: &KeepAlive) -> raw::ArrowArray {
         dictionary: parts.dictionary,
         _variadic_sizes: variadic_sizes,
         _realigned: parts.realigned,
-        _keep: keep.clone(),
+        _owner: owner.clone(),
     });
     raw::ArrowArray {
         length: parts.len as i64,

@@ -29,6 +29,7 @@ mod host_memory;
 mod import;
 pub(crate) mod layout;
 pub(crate) mod node;
+pub(crate) mod owner;
 mod represent;
 
 pub(crate) use device_array::HandOn;

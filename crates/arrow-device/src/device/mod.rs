@@ -174,10 +174,10 @@ pub unsafe trait Device: Send + Sync + fmt::Debug + 'static {
     fn release_after(
         &self,
         stream: &Stream,
-        keep: Box<dyn Any + Send + Sync>,
+        owner: Box<dyn Any + Send + Sync>,
     ) -> Result<Option<Box<dyn Any + Send + Sync>>> {
         let _ = stream;
-        Ok(Some(keep))
+        Ok(Some(owner))
     }
 
     /// Makes `stream` wait for a producer's `sync_event` before running the

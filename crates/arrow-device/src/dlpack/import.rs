@@ -14,8 +14,8 @@ use arrow_schema::{DataType, Field};
 use super::abi::*;
 use super::dtype::{arrow_data_type, Imported};
 use crate::abi::DeviceType;
-use crate::array::export::KeepAlive;
 use crate::array::node::{Node, RawBuf};
+use crate::array::owner::Owner;
 use crate::array::DeviceArray;
 use crate::device;
 use crate::error::{Error, Path, Result};
@@ -43,7 +43,7 @@ pub unsafe fn import_dlpack_versioned(ptr: *mut DLManagedTensorVersioned) -> Res
     // every major version (dlpack.h: "DLPackVersion"), so reading it and
     // `version` is allowed before the version check.
     let (version, deleter) = unsafe { (ptr.as_ref().version, ptr.as_ref().deleter) };
-    let owner = Owner::Versioned(ptr, deleter);
+    let owner = TensorOwner::Versioned(ptr, deleter);
     if version.major != DLPACK_MAJOR_VERSION {
         return Err(Error::NotSupported(format!(
             "DLPack tensor version {}.{} is not supported: this consumer reads major version \
@@ -87,7 +87,7 @@ pub unsafe fn import_dlpack(ptr: *mut DLManagedTensor) -> Result<DeviceArray> {
     };
     // SAFETY: live, per the contract.
     let (tensor, deleter) = unsafe { (ptr.as_ref().dl_tensor, ptr.as_ref().deleter) };
-    let owner = Owner::Legacy(ptr, deleter);
+    let owner = TensorOwner::Legacy(ptr, deleter);
     // SAFETY: the tensor's pointers are valid per the contract and kept
     // alive by `owner`.
     unsafe { import_tensor(&tensor, owner) }
@@ -98,7 +98,7 @@ fn null_pointer(what: &str) -> Error {
 }
 
 /// Holds an imported tensor and calls its deleter on drop, exactly once.
-enum Owner {
+enum TensorOwner {
     Legacy(
         NonNull<DLManagedTensor>,
         Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
@@ -112,20 +112,20 @@ enum Owner {
 // SAFETY: the owner only calls the deleter, which DLPack requires to be
 // callable from any thread (Python specification: "sharing beyond Python
 // boundaries", the GIL is the deleter's business).
-unsafe impl Send for Owner {}
-// SAFETY: nothing is reachable through `&Owner`.
-unsafe impl Sync for Owner {}
+unsafe impl Send for TensorOwner {}
+// SAFETY: nothing is reachable through `&TensorOwner`.
+unsafe impl Sync for TensorOwner {}
 
-impl Drop for Owner {
+impl Drop for TensorOwner {
     fn drop(&mut self) {
         match *self {
             // SAFETY: the producer's deleter on its own tensor, once: the
             // owner is the only holder and drops once.
-            Owner::Legacy(ptr, Some(deleter)) => unsafe { deleter(ptr.as_ptr()) },
+            TensorOwner::Legacy(ptr, Some(deleter)) => unsafe { deleter(ptr.as_ptr()) },
             // SAFETY: as above.
-            Owner::Versioned(ptr, Some(deleter)) => unsafe { deleter(ptr.as_ptr()) },
+            TensorOwner::Versioned(ptr, Some(deleter)) => unsafe { deleter(ptr.as_ptr()) },
             // A NULL deleter: the producer has nothing to free.
-            Owner::Legacy(_, None) | Owner::Versioned(_, None) => {}
+            TensorOwner::Legacy(_, None) | TensorOwner::Versioned(_, None) => {}
         }
     }
 }
@@ -135,7 +135,7 @@ impl Drop for Owner {
 ///
 /// # Safety
 /// As for [`import_dlpack`]; `owner` keeps the tensor's pointers valid.
-unsafe fn import_tensor(tensor: &DLTensor, owner: Owner) -> Result<DeviceArray> {
+unsafe fn import_tensor(tensor: &DLTensor, owner: TensorOwner) -> Result<DeviceArray> {
     let imported = arrow_data_type(tensor.dtype)?;
     // SAFETY: shape and strides are valid for `ndim` values, per the contract.
     let len = unsafe { length(tensor) }?;
@@ -201,14 +201,14 @@ unsafe fn import_tensor(tensor: &DLTensor, owner: Owner) -> Result<DeviceArray> 
         }
     };
     let node = Node::primitive(data_type.clone(), len, values);
-    let keep: KeepAlive = Arc::new(owner);
+    let owner: Owner = Arc::new(owner);
     Ok(DeviceArray::from_node(
         node,
         Field::new("", data_type, false),
         device_type,
         device_id,
         device::lookup(device_type, device_id),
-        keep,
+        owner,
     ))
 }
 
@@ -278,13 +278,13 @@ unsafe fn bool_array(values: RawBuf) -> DeviceArray {
     let data = array.into_data();
     let mut extra = Vec::new();
     let node = Node::from_array_data(&data, &mut extra);
-    let keep: KeepAlive = Arc::new((data, extra));
+    let owner: Owner = Arc::new((data, extra));
     DeviceArray::from_node(
         node,
         Field::new("", DataType::Boolean, false),
         DeviceType::CPU,
         -1,
         Some(device::cpu()),
-        keep,
+        owner,
     )
 }

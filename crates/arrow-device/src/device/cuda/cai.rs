@@ -20,9 +20,8 @@ use smallvec::{smallvec, SmallVec};
 use super::interop::raw_stream;
 use super::{device, kernels, pointer_memory_type, CudaDevice};
 use crate::abi::DeviceType;
-use crate::array::copy::PendingMemory;
-use crate::array::export::KeepAlive;
 use crate::array::node::{Node, RawBuf};
+use crate::array::owner::{Owner, PendingMemory};
 use crate::array::DeviceArray;
 use crate::cai::{self, Bitmaps, CudaArrayInterface, ImportPlan};
 use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream};
@@ -102,7 +101,7 @@ fn converted_array(
     stream: Stream,
     memory: SmallVec<[DeviceBuffer; 2]>,
     source: Box<dyn Any + Send + Sync>,
-    build: impl FnOnce(KeepAlive) -> Result<DeviceArray>,
+    build: impl FnOnce(Owner) -> Result<DeviceArray>,
 ) -> Result<DeviceArray> {
     let recorded = device
         .create_event()
@@ -113,16 +112,16 @@ fn converted_array(
         Err(e) => return Err(drain_then_free(device, &stream, (memory, source), e)),
     };
     let sync_event = event.sync_event();
-    let keep: KeepAlive = Arc::new(PendingMemory::new(
+    let owner: Owner = Arc::new(PendingMemory::new(
         device.clone(),
         event,
         stream,
         memory,
         Some(source),
     ));
-    let array = build(keep.clone())?;
-    // SAFETY: the device's own event (a CUevent*), kept valid by `keep`.
-    unsafe { array.ordered_after(sync_event, keep) }
+    let array = build(owner.clone())?;
+    // SAFETY: the device's own event (a CUevent*), kept valid by `owner`.
+    unsafe { array.ordered_after(sync_event, owner) }
 }
 
 /// Imports the memory a validated CUDA Array Interface describes, on the
@@ -218,10 +217,10 @@ pub unsafe fn import_cai(
         // memory and write `buffers`.
         Err(e) => return Err(drain_then_free(&device, &stream, (buffers, owner), e)),
     };
-    converted_array(&device, stream, buffers, Box::new(owner), |keep| {
+    converted_array(&device, stream, buffers, Box::new(owner), |owner| {
         // SAFETY: forwarded contract; the bitmaps were made above and
-        // `keep` keeps them; the array is ordered after the kernels.
-        unsafe { cai::import_with_bitmaps(plan, device.clone(), keep, bitmaps) }
+        // `owner` keeps them; the array is ordered after the kernels.
+        unsafe { cai::import_with_bitmaps(plan, device.clone(), owner, bitmaps) }
     })
 }
 
@@ -298,14 +297,14 @@ fn mask_of(
         stream,
         smallvec![buffer],
         Box::new(array.clone()),
-        |keep| {
+        |owner| {
             Ok(DeviceArray::from_node(
                 node,
                 Field::new("", DataType::UInt8, false),
                 device.device_type(),
                 device.device_id(),
                 Some(device.clone()),
-                keep,
+                owner,
             ))
         },
     )?;

@@ -383,16 +383,16 @@ unsafe impl Device for CudaDevice {
         })
     }
 
-    /// Drops `keep` once the work queued on `stream` has run
+    /// Drops `owner` once the work queued on `stream` has run
     /// (`cuLaunchHostFunc`, through a reaper thread: the driver's thread
     /// must not call CUDA, and a release may).
     fn release_after(
         &self,
         stream: &Stream,
-        keep: Box<dyn Any + Send + Sync>,
+        owner: Box<dyn Any + Send + Sync>,
     ) -> Result<Option<Box<dyn Any + Send + Sync>>> {
         let raw = self.stream(stream, "release_after")?.raw();
-        self.release_after_stream(raw, keep)
+        self.release_after_stream(raw, owner)
     }
 
     fn synchronize_stream(&self, stream: &Stream) -> Result<()> {

@@ -20,16 +20,16 @@ use cudarc::driver::sys;
 use super::CudaDevice;
 use crate::error::Result;
 
-/// What is released: the trait's `keep`.
-type Payload = Box<dyn Any + Send + Sync>;
+/// What is released: the trait's `owner`.
+type Owned = Box<dyn Any + Send + Sync>;
 
 /// The reaper's queue; `None` when its thread could not be started (then
-/// nothing is handed over and callers keep their payloads).
-fn reaper() -> Option<&'static Sender<Payload>> {
-    static REAPER: OnceLock<Option<Sender<Payload>>> = OnceLock::new();
+/// nothing is handed over and callers owner their payloads).
+fn reaper() -> Option<&'static Sender<Owned>> {
+    static REAPER: OnceLock<Option<Sender<Owned>>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
-            let (sender, receiver) = mpsc::channel::<Payload>();
+            let (sender, receiver) = mpsc::channel::<Owned>();
             std::thread::Builder::new()
                 .name("arrow-device-cuda-release".into())
                 .spawn(move || {
@@ -47,9 +47,9 @@ fn reaper() -> Option<&'static Sender<Payload>> {
 /// The host function: passes its payload to the reaper.
 unsafe extern "C" fn hand_to_reaper(user_data: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: `user_data` is the `Box<Payload>` leaked by
+        // SAFETY: `user_data` is the `Box<Owned>` leaked by
         // `release_after` for this one call.
-        let payload = unsafe { Box::from_raw(user_data.cast::<Payload>()) };
+        let payload = unsafe { Box::from_raw(user_data.cast::<Owned>()) };
         match reaper() {
             Some(queue) => {
                 let sent = queue.send(*payload);
@@ -66,18 +66,18 @@ unsafe extern "C" fn hand_to_reaper(user_data: *mut c_void) {
 }
 
 impl CudaDevice {
-    /// Queues `keep`'s release after the work queued on `stream` so far;
+    /// Queues `owner`'s release after the work queued on `stream` so far;
     /// gives it back when that cannot be arranged (no reaper thread, or
-    /// `cuLaunchHostFunc` failed), for the caller to keep.
+    /// `cuLaunchHostFunc` failed), for the caller to owner.
     pub(super) fn release_after_stream(
         &self,
         stream: sys::CUstream,
-        keep: Payload,
-    ) -> Result<Option<Payload>> {
+        owner: Owned,
+    ) -> Result<Option<Owned>> {
         if reaper().is_none() {
-            return Ok(Some(keep));
+            return Ok(Some(owner));
         }
-        let user_data = Box::into_raw(Box::new(keep)).cast::<c_void>();
+        let user_data = Box::into_raw(Box::new(owner)).cast::<c_void>();
         let launched = self.run("cuLaunchHostFunc", || {
             // SAFETY: a live stream of this context; the host function
             // takes `user_data` over exactly once, when it runs.
@@ -87,8 +87,8 @@ impl CudaDevice {
             Ok(()) => Ok(None),
             Err(_) => {
                 // SAFETY: not queued, so still ours: the box leaked above.
-                let keep = unsafe { Box::from_raw(user_data.cast::<Payload>()) };
-                Ok(Some(*keep))
+                let owner = unsafe { Box::from_raw(user_data.cast::<Owned>()) };
+                Ok(Some(*owner))
             }
         }
     }

@@ -139,7 +139,7 @@ impl EmulatedConfig {
     /// variable must not abort the test run. A delay above
     /// [`EmulatedConfig::MAX_DELAY`] is an error that names the variable, the
     /// key, the value and the bound: silently shortening it would change
-    /// what the tests check, and keeping it could keep the process from
+    /// what the tests check, and keeping it could owner the process from
     /// exiting.
     ///
     /// ```
@@ -320,7 +320,7 @@ impl EmulatedDevice {
     }
 
     /// Changes this instance's configuration. Memory already allocated keeps
-    /// its mode; copies already queued keep their delay.
+    /// its mode; copies already queued owner their delay.
     pub fn set_config(&self, config: EmulatedConfig) {
         self.strict.store(config.strict, Ordering::Relaxed);
         let delay_ns = u64::try_from(config.delay.as_nanos()).unwrap_or(u64::MAX);
@@ -442,10 +442,10 @@ unsafe impl Device for EmulatedDevice {
     fn release_after(
         &self,
         stream: &Stream,
-        keep: Box<dyn std::any::Any + Send + Sync>,
+        owner: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Option<Box<dyn std::any::Any + Send + Sync>>> {
         self.stream(stream, "release_after")?
-            .enqueue_release(keep)?;
+            .enqueue_release(owner)?;
         Ok(None)
     }
 

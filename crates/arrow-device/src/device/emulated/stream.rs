@@ -219,8 +219,8 @@ impl StreamState {
                 let _ = done.send(());
                 Ok(())
             }
-            Op::Release(keep) => {
-                drop(keep);
+            Op::Release(owner) => {
+                drop(owner);
                 Ok(())
             }
         }));
@@ -386,9 +386,9 @@ impl EmulatedStream {
         })
     }
 
-    /// Drops `keep` once the work queued so far has run.
-    pub(super) fn enqueue_release(&self, keep: Box<dyn std::any::Any + Send>) -> Result<()> {
-        self.submit(Op::Release(keep))
+    /// Drops `owner` once the work queued so far has run.
+    pub(super) fn enqueue_release(&self, owner: Box<dyn std::any::Any + Send>) -> Result<()> {
+        self.submit(Op::Release(owner))
     }
 
     /// Makes the work queued after this call wait for record `generation`.

@@ -897,13 +897,13 @@ fn releases_that_wait_on_the_host_do_not_starve_the_work_they_wait_for() {
     let streams: Vec<Stream> = (0..RELEASES)
         .map(|_| {
             let stream = device.create_stream().unwrap();
-            let keep = WaitOnDrop {
+            let owner = WaitOnDrop {
                 device: Arc::clone(&device),
                 sync_event: event.sync_event() as usize,
                 waited: Arc::clone(&waited),
             };
             assert!(device
-                .release_after(&stream, Box::new(keep))
+                .release_after(&stream, Box::new(owner))
                 .unwrap()
                 .is_none());
             stream
