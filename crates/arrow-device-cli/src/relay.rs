@@ -261,7 +261,7 @@ mod tests {
     fn device_batches_are_relayed_without_reading_their_buffers() {
         let device: DeviceRef = EmulatedDevice::global(0).unwrap();
         let batches = [batch(4), batch(9)];
-        let stream = export_reader_to(reader_of(batches.to_vec()), device).unwrap();
+        let stream = export_reader_to(reader_of(batches.to_vec()), &device).unwrap();
         let mut relayed = RelayedStream::new(stream, ValidationLevel::Default).unwrap();
         assert_eq!(relayed.device_type(), DeviceType::EXT_DEV);
         assert_eq!(relay_all(&mut relayed), batches);

@@ -132,7 +132,7 @@ pub fn run(
     let stream = if device.device_type() == DeviceType::CPU {
         export_reader(source)
     } else {
-        export_reader_to(source, device)
+        export_reader_to(source, &device)
     }
     .map_err(|e| CliError::Stream {
         stage: "export",

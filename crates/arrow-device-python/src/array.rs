@@ -119,7 +119,7 @@ pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<De
             )
         };
         // SAFETY: as above.
-        return unsafe { DeviceArray::try_from_cpu(array, schema, level) }.py();
+        return unsafe { DeviceArray::try_from_ffi(array, schema, level) }.py();
     }
     // Before DLPack: PyTorch and CuPy expose both for CUDA data, and the
     // interface carries the producer's stream, which DLPack leaves to the

@@ -7,10 +7,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_device::abi::ArrowDeviceArrayStream;
 use arrow_device::schema::export_field;
-use arrow_device::stream::{
-    check_stream_array, device_stream_from_ffi, export_device_arrays, ffi_stream_from_device,
-    DeviceStreamReader,
-};
+use arrow_device::stream::{check_arrays, export_device_arrays, DeviceStreamReader};
 use arrow_device::{check_representation, DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::Field;
 use pyo3::exceptions::{
@@ -69,8 +66,6 @@ struct PyBatches {
     /// iterating the stream (a C consumer gets its text).
     raised: Raised,
     level: ValidationLevel,
-    field: Field,
-    device_type: DeviceType,
     /// Batches read so far, the first included (for messages).
     index: usize,
 }
@@ -104,9 +99,7 @@ impl Iterator for PyBatches {
                 }
             };
             self.index += 1;
-            let checked =
-                check_stream_array(self.index, &batch, self.field.data_type(), self.device_type);
-            Some(checked.map(|()| batch))
+            Some(Ok(batch))
         });
         // A consumer reading at interpreter exit (a thread of its own, a
         // finalizer) gets an error, not a panic.
@@ -163,7 +156,7 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
                 capsule::pointer::<ArrowDeviceArrayStream>(&capsule, ARROW_DEVICE_ARRAY_STREAM)?;
             // SAFETY: a live capsule of that name holds a device stream;
             // moving it out leaves it released for the capsule's destructor.
-            let reader = unsafe { DeviceStreamReader::from_raw(ptr, level) }.py()?;
+            let reader = unsafe { DeviceStreamReader::try_from_raw(ptr, level) }.py()?;
             return Ok(PyDeviceStream::from_reader(reader));
         }
         if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_stream__"))? {
@@ -171,7 +164,7 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
             let ptr = capsule::pointer::<FFI_ArrowArrayStream>(&capsule, ARROW_ARRAY_STREAM)?;
             // SAFETY: as above, for a C stream.
             let c_stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr) };
-            let device_stream = device_stream_from_ffi(c_stream).py()?;
+            let device_stream = ArrowDeviceArrayStream::try_from(c_stream).py()?;
             // SAFETY: the bridge passes the producer's stream through.
             let reader = unsafe { DeviceStreamReader::try_new(device_stream, level) }.py()?;
             return Ok(PyDeviceStream::from_reader(reader));
@@ -198,14 +191,16 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
             iterator: PyOwned::new(iterator.into_any().unbind()),
             raised: raised.clone(),
             level,
-            field: first.field().clone(),
-            device_type: first.device_type(),
             index: 0,
         };
         Ok(PyDeviceStream {
             field: first.field().clone(),
             device_type: first.device_type(),
-            batches: Mutex::new(Some(Box::new(std::iter::once(Ok(first)).chain(rest)))),
+            batches: Mutex::new(Some(Box::new(check_arrays(
+                first.field().data_type().clone(),
+                first.device_type(),
+                std::iter::once(Ok(first.clone())).chain(rest),
+            )))),
             raised,
         })
     })
@@ -330,7 +325,7 @@ impl PyDeviceStream {
             }
             let device_stream = self.export(requested_schema)?;
             let c_stream = if self.device_type == DeviceType::CPU {
-                ffi_stream_from_device(device_stream).py()?
+                FFI_ArrowArrayStream::try_from(device_stream).py()?
             } else {
                 // Pinned or managed memory: each batch is read after its
                 // event, zero-copy.

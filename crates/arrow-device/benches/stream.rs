@@ -10,8 +10,8 @@
 //! * `arrow-device`: `stream::export_reader(reader)` →
 //!   `DeviceStreamReader::try_new(.., Default)` → `into_record_batch_reader`
 //!   → every batch;
-//! * `arrow-device-async`: `AsyncDeviceStreamProducer::from_record_batches`
-//!   driven into this crate's own handler (`async_device_stream`, queue of
+//! * `arrow-device-async`: `export_async_record_batches`
+//!   driven into this crate's own handler (`AsyncDeviceStream::new`, queue of
 //!   8) on a single-threaded executor → every batch as a record batch.
 //!
 //! Run `cargo bench -p arrow-device --bench stream`, then
@@ -22,7 +22,7 @@ use std::hint::black_box;
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::{RecordBatch, RecordBatchIterator, RecordBatchReader};
 use arrow_device::stream::{
-    async_device_stream, export_reader, AsyncDeviceStreamProducer, DeviceStreamReader,
+    export_async_record_batches, export_reader, AsyncDeviceStream, DeviceStreamReader,
 };
 use arrow_device::ValidationLevel;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -62,13 +62,10 @@ fn arrow_device_sync(batch: &RecordBatch) -> usize {
 /// together, so the figure is the protocol's cost, not thread hand-offs.
 fn arrow_device_async(runtime: &tokio::runtime::Runtime, batch: &RecordBatch) -> usize {
     let batches: Vec<_> = (0..BATCHES).map(|_| Ok(batch.clone())).collect();
-    let producer = AsyncDeviceStreamProducer::from_record_batches(
-        batch.schema(),
-        futures_util::stream::iter(batches),
-    )
-    .expect("exportable schema");
-    let (handler, stream) = async_device_stream(8, ValidationLevel::Default);
-    // SAFETY: the handler comes from async_device_stream.
+    let producer = export_async_record_batches(batch.schema(), futures_util::stream::iter(batches))
+        .expect("exportable schema");
+    let (stream, handler) = AsyncDeviceStream::new(8, ValidationLevel::Default);
+    // SAFETY: the handler comes from AsyncDeviceStream::new.
     let driver = unsafe { producer.run(handler.into_raw()) };
     let consume = stream
         .map(|array| {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_device::abi::{ArrowAsyncDeviceStreamHandler, ArrowDeviceArray, DeviceType};
 use arrow_device::stream::{
-    async_device_stream, AsyncDeviceStream, AsyncDeviceStreamProducer, AsyncProducerDriver,
+    export_async_device_arrays, export_async_record_batches, export_async_record_batches_to,
+    AsyncDeviceStream, AsyncDeviceStreamProducer, AsyncProducerDriver,
 };
 use arrow_device::{export_record_batch, DeviceArray, Error, ValidationLevel};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
@@ -77,7 +78,7 @@ fn counted_source(
 fn producer_from(
     source: impl Stream<Item = Result<RecordBatch, ArrowError>> + Send + 'static,
 ) -> AsyncDeviceStreamProducer {
-    AsyncDeviceStreamProducer::from_record_batches(schema(), source).unwrap()
+    export_async_record_batches(schema(), source).unwrap()
 }
 
 fn producer_of(n: usize) -> AsyncDeviceStreamProducer {
@@ -88,7 +89,7 @@ fn producer_of(n: usize) -> AsyncDeviceStreamProducer {
 /// structs count their releases.
 fn counted_producer(n: usize) -> (AsyncDeviceStreamProducer, Vec<Arc<Counters>>) {
     let (arrays, counters): (Vec<_>, Vec<_>) = (0..n).map(counted_array).unzip();
-    let producer = AsyncDeviceStreamProducer::from_device_arrays(
+    let producer = export_async_device_arrays(
         struct_field(),
         DeviceType::CPU,
         stream::iter(arrays.into_iter().map(Ok)),
@@ -105,8 +106,8 @@ fn connect(
     tokio::task::JoinHandle<arrow_device::Result<()>>,
     AsyncDeviceStream,
 ) {
-    let (handler, stream) = async_device_stream(queue_size, LEVEL);
-    // SAFETY: the handler comes from `async_device_stream`.
+    let (stream, handler) = AsyncDeviceStream::new(queue_size, LEVEL);
+    // SAFETY: the handler comes from `AsyncDeviceStream::new`.
     let driver = tokio::spawn(unsafe { producer.run(handler.into_raw()) });
     (driver, stream)
 }
@@ -166,7 +167,7 @@ fn manual_producer(
     queue_size: usize,
     device_type: DeviceType,
 ) -> (ManualProducer, AsyncDeviceStream) {
-    let (handler, stream) = async_device_stream(queue_size, LEVEL);
+    let (stream, handler) = AsyncDeviceStream::new(queue_size, LEVEL);
     let producer = ManualProducer::new(handler.into_raw(), device_type, None);
     assert_eq!(producer.send_schema(&schema(), true), 0);
     (producer, stream)
@@ -205,12 +206,7 @@ async fn many_cpu_batches_round_trip_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batches_copied_to_the_emulated_device_round_trip() {
     let device = emulated(0);
-    let producer = AsyncDeviceStreamProducer::from_record_batches_to(
-        schema(),
-        counted_source(6).0,
-        device.clone(),
-    )
-    .unwrap();
+    let producer = export_async_record_batches_to(schema(), counted_source(6).0, &device).unwrap();
     assert_eq!(producer.device_type(), DeviceType::EXT_DEV);
     let (driver, mut stream) = connect(producer, 2);
     let mut received = Vec::new();
@@ -261,7 +257,7 @@ async fn device_arrays_are_sent_zero_copy_and_released_once() {
 async fn device_array_of_another_type_or_device_is_an_einval_naming_the_batch() {
     let (good, _) = counted_array(0);
     let wrong_type = device_array(&Int32Array::from(vec![1, 2]), LEVEL);
-    let producer = AsyncDeviceStreamProducer::from_device_arrays(
+    let producer = export_async_device_arrays(
         struct_field(),
         DeviceType::CPU,
         stream::iter([Ok(good), Ok(wrong_type)]),
@@ -280,7 +276,7 @@ async fn device_array_of_another_type_or_device_is_an_einval_naming_the_batch() 
 
     // The same with the device type: a CPU array in an EXT_DEV stream.
     let (good, _) = counted_array(0);
-    let producer = AsyncDeviceStreamProducer::from_device_arrays(
+    let producer = export_async_device_arrays(
         struct_field(),
         DeviceType::EXT_DEV,
         stream::iter([Ok(good)]),
@@ -363,8 +359,8 @@ async fn dropping_the_stream_mid_way_cancels_the_producer_and_frees_every_array(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropping_the_driver_ends_the_stream_with_ecanceled_and_releases_once() {
     // Never polled: the handler is still released, once.
-    let (handler, mut stream) = async_device_stream(2, LEVEL);
-    // SAFETY: the handler comes from `async_device_stream`.
+    let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
+    // SAFETY: the handler comes from `AsyncDeviceStream::new`.
     drop(unsafe { producer_of(3).run(handler.into_raw()) });
     expect_producer_error(&next_error(&mut stream).await, libc::ECANCELED);
     assert!(stream.next().await.is_none());
@@ -392,7 +388,7 @@ async fn dropping_the_driver_ends_the_stream_with_ecanceled_and_releases_once() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unhanded_handler_ends_the_stream_with_an_error() {
-    let (handler, mut stream) = async_device_stream(2, LEVEL);
+    let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
     drop(handler);
     let err = next_error(&mut stream).await;
     assert_mentions(&err, "dropped without being handed");
@@ -648,7 +644,7 @@ async fn source_panic_becomes_on_error_eio() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn consumer_grants_queue_size_then_one_credit_per_consumed_batch() {
-    let (handler, mut stream) = async_device_stream(3, LEVEL);
+    let (mut stream, handler) = AsyncDeviceStream::new(3, LEVEL);
     let mut producer =
         ManualProducer::new(handler.into_raw(), DeviceType::CPU, Some(&[("total", "2")]));
     assert_eq!(producer.send_schema(&schema(), true), 0);
@@ -739,7 +735,7 @@ async fn release_before_the_end_marker_is_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn protocol_violations_are_refused_and_reported() {
     // No producer in handler->producer.
-    let (handler, mut stream) = async_device_stream(2, LEVEL);
+    let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
     let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
     assert_eq!(producer.send_schema(&schema(), false), libc::EINVAL);
     producer.release();
@@ -766,7 +762,7 @@ async fn protocol_violations_are_refused_and_reported() {
     let err = next_error(&mut stream).await;
     assert_mentions(
         &err,
-        "batch 0 is on device type CPU, expected the producer's CUDA",
+        "batch 0 is on device type CPU, expected the stream's CUDA",
     );
     // The stream's own error cancels the producer.
     assert_eq!(producer.log.cancels.load(Ordering::SeqCst), 1);
@@ -776,7 +772,7 @@ async fn protocol_violations_are_refused_and_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn producer_calling_back_from_inside_request_does_not_deadlock() {
-    let (handler, mut stream) = async_device_stream(2, LEVEL);
+    let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
     let producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
     producer.make_eager(batches(5));
     // on_schema's request(2) sends two tasks synchronously; each request(1)
@@ -804,7 +800,7 @@ unsafe extern "C" fn counted_handler_release(handler: *mut ArrowAsyncDeviceStrea
 }
 
 fn counted_handler(queue_size: usize) -> (*mut ArrowAsyncDeviceStreamHandler, AsyncDeviceStream) {
-    let (handler, stream) = async_device_stream(queue_size, LEVEL);
+    let (stream, handler) = AsyncDeviceStream::new(queue_size, LEVEL);
     let raw = handler.into_raw();
     // SAFETY: a live handler nobody else has yet.
     unsafe {
@@ -834,14 +830,12 @@ async fn stress_every_run_terminates_and_releases_everything_once() {
                 Ok(a)
             }
         }));
-        let producer =
-            AsyncDeviceStreamProducer::from_device_arrays(struct_field(), DeviceType::CPU, source)
-                .unwrap();
+        let producer = export_async_device_arrays(struct_field(), DeviceType::CPU, source).unwrap();
         let (handler, mut stream) = counted_handler(1 + run % 3);
         let handler = SendPtr(handler);
         let driver: tokio::task::JoinHandle<arrow_device::Result<()>> = tokio::spawn(async move {
             let handler = handler;
-            // SAFETY: a live handler from `async_device_stream`.
+            // SAFETY: a live handler from `AsyncDeviceStream::new`.
             let driver: AsyncProducerDriver = unsafe { producer.run(handler.0) };
             driver.await
         });

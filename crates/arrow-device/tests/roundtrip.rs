@@ -643,3 +643,50 @@ fn a_host_accessible_array_with_a_sync_event_is_waited_on_by_the_host_once() {
     imported.slice(1, 2).unwrap().to_host().unwrap();
     assert_eq!(device.waits(), (1, 0), "nothing waits a second time");
 }
+
+#[test]
+fn arrow_rs_data_becomes_a_device_array_safely_as_the_import_of_its_export_would() {
+    let device = emulated(3);
+    for_each_case("from_array", |case, array| {
+        let made = DeviceArray::from_array(array.as_ref());
+        let (c_array, c_schema) = export_array(array.as_ref()).unwrap();
+        // SAFETY: our own export.
+        let imported =
+            unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full) }.unwrap();
+        assert_eq!(made.field(), imported.field(), "{case}: field");
+        assert_eq!(
+            (made.len(), made.offset(), made.null_count()),
+            (imported.len(), imported.offset(), imported.null_count()),
+            "{case}: shape"
+        );
+        assert_eq!(
+            made.buffers().iter().map(|b| b.len).collect::<Vec<_>>(),
+            imported.buffers().iter().map(|b| b.len).collect::<Vec<_>>(),
+            "{case}: buffer sizes"
+        );
+        assert_same(case, array.as_ref(), made.to_host().unwrap().as_ref());
+        let copied = made.to_device(&device).unwrap();
+        assert_same(case, array.as_ref(), copied.to_host().unwrap().as_ref());
+        let (again, again_schema) = made.export().unwrap();
+        // SAFETY: our own export.
+        let back =
+            unsafe { DeviceArray::try_new(again, again_schema, ValidationLevel::Full) }.unwrap();
+        assert_same(case, array.as_ref(), back.to_host().unwrap().as_ref());
+    });
+}
+
+#[test]
+fn a_record_batch_becomes_a_device_array_and_back_with_its_metadata() {
+    let batch = batch_with_metadata();
+    let made = DeviceArray::from_record_batch(&batch);
+    let (c_array, c_schema) = arrow_device::export_record_batch(&batch).unwrap();
+    // SAFETY: our own export.
+    let imported =
+        unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full) }.unwrap();
+    assert_eq!(made.field(), imported.field());
+    assert_eq!(made.to_record_batch().unwrap(), batch);
+    let sliced = made.slice(1, 2).unwrap();
+    assert_eq!(sliced.to_record_batch().unwrap(), batch.slice(1, 2));
+    let on_device = made.to_device(&emulated(3)).unwrap();
+    assert_eq!(on_device.to_record_batch().unwrap(), batch);
+}

@@ -18,8 +18,7 @@ use arrow_array::{
 use arrow_device::abi::{raw, ArrowDeviceArray, ArrowDeviceArrayStream, FFI_ArrowSchema};
 use arrow_device::device::DeviceRef;
 use arrow_device::stream::{
-    device_stream_from_ffi, export_device_arrays, export_reader, export_reader_to,
-    ffi_stream_from_device, DeviceStreamReader,
+    export_device_arrays, export_reader, export_reader_to, DeviceStreamReader,
 };
 use arrow_device::{DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
@@ -63,7 +62,7 @@ fn export_on(
 ) -> ArrowDeviceArrayStream {
     match device {
         None => export_reader(reader),
-        Some(device) => export_reader_to(reader, device.clone()),
+        Some(device) => export_reader_to(reader, device),
     }
     .unwrap()
 }
@@ -639,12 +638,12 @@ fn a_stream_of_plain_arrays_is_not_a_record_batch_reader() {
 fn c_streams_bridge_to_device_streams_and_back() {
     let input = batches(4, 25);
     let c_stream = FFI_ArrowArrayStream::new(Box::new(input_reader(&input)));
-    let device_stream = device_stream_from_ffi(c_stream).unwrap();
+    let device_stream = ArrowDeviceArrayStream::try_from(c_stream).unwrap();
     assert_eq!(device_stream.device_type(), DeviceType::CPU);
     assert_eq!(read_all(device_stream), input);
 
     let device_stream = export_batches(&input, None);
-    let c_stream = ffi_stream_from_device(device_stream).unwrap();
+    let c_stream = FFI_ArrowArrayStream::try_from(device_stream).unwrap();
     let output: Vec<_> = RecordBatchStreamReader::try_new(c_stream)
         .unwrap()
         .collect::<Result<_, _>>()
@@ -656,7 +655,7 @@ fn c_streams_bridge_to_device_streams_and_back() {
 fn bridges_carry_errors_with_code_and_message_both_ways() {
     // arrow-rs' C stream -> ours: arrow-rs reports EIO for IoError.
     let c_stream = FFI_ArrowArrayStream::new(Box::new(failing_reader(2, "upstream broke")));
-    let mut reader = import(device_stream_from_ffi(c_stream).unwrap());
+    let mut reader = import(ArrowDeviceArrayStream::try_from(c_stream).unwrap());
     reader.next().unwrap().unwrap();
     reader.next().unwrap().unwrap();
     let err = reader.next().unwrap().unwrap_err();
@@ -664,7 +663,7 @@ fn bridges_carry_errors_with_code_and_message_both_ways() {
 
     // Ours -> arrow-rs' C stream reader.
     let c_stream =
-        ffi_stream_from_device(export_on(failing_reader(1, "ours broke"), None)).unwrap();
+        FFI_ArrowArrayStream::try_from(export_on(failing_reader(1, "ours broke"), None)).unwrap();
     let mut reader = RecordBatchStreamReader::try_new(c_stream).unwrap();
     reader.next().unwrap().unwrap();
     let err = reader.next().unwrap().unwrap_err();
@@ -676,7 +675,7 @@ fn only_cpu_device_streams_become_c_streams() {
     let input = batches(1, 2);
     let device = emulated(7);
     let stream = export_batches(&input, Some(&device));
-    let err = ffi_stream_from_device(stream).unwrap_err();
+    let err = FFI_ArrowArrayStream::try_from(stream).unwrap_err();
     assert_mentions(&err, "EXT_DEV");
 
     // A CPU stream that sends a device batch anyway fails that get_next.
@@ -684,13 +683,13 @@ fn only_cpu_device_streams_become_c_streams() {
     // SAFETY: only the device type changes; the callbacks stay the exporter's.
     unsafe { raw::device_stream_mut(&mut stream) }.device_type = DeviceType::CPU;
     let mut reader =
-        RecordBatchStreamReader::try_new(ffi_stream_from_device(stream).unwrap()).unwrap();
+        RecordBatchStreamReader::try_new(FFI_ArrowArrayStream::try_from(stream).unwrap()).unwrap();
     let err = reader.next().unwrap().unwrap_err();
     assert_mentions(&err, "carries CPU arrays");
 
     let released = ArrowDeviceArrayStream::empty();
-    assert!(ffi_stream_from_device(released).is_err());
-    assert!(device_stream_from_ffi(FFI_ArrowArrayStream::empty()).is_err());
+    assert!(FFI_ArrowArrayStream::try_from(released).is_err());
+    assert!(ArrowDeviceArrayStream::try_from(FFI_ArrowArrayStream::empty()).is_err());
 }
 
 #[test]
@@ -699,14 +698,14 @@ fn a_stream_moved_by_the_consumer_keeps_working() {
     let mut original = export_batches(&input, None);
     // SAFETY: `original` is a live stream; the move leaves it released.
     let reader =
-        unsafe { DeviceStreamReader::from_raw(&mut original, ValidationLevel::Full) }.unwrap();
+        unsafe { DeviceStreamReader::try_from_raw(&mut original, ValidationLevel::Full) }.unwrap();
     assert!(original.is_released());
     assert_eq!(read_record_batches(reader), input);
     // SAFETY: NULL is refused.
-    assert!(
-        unsafe { DeviceStreamReader::from_raw(std::ptr::null_mut(), ValidationLevel::Full) }
-            .is_err()
-    );
+    assert!(unsafe {
+        DeviceStreamReader::try_from_raw(std::ptr::null_mut(), ValidationLevel::Full)
+    }
+    .is_err());
 }
 
 #[test]

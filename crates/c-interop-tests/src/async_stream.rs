@@ -5,7 +5,7 @@
 //!   `AsyncDeviceStreamProducer::run`; its [`AsyncConsumerReport`] tells
 //!   what arrived and which protocol rules were broken;
 //! - [`CAsyncProducer`]: a C producer on its own pthread feeding the handler
-//!   of `async_device_stream`; its [`AsyncProducerCounters`] tell what the
+//!   of `AsyncDeviceStream::new`; its [`AsyncProducerCounters`] tell what the
 //!   Rust consumer asked for and cleaned up.
 //!
 //! The C code is POSIX only, hence `#[cfg(unix)]` on this module.
@@ -426,7 +426,7 @@ impl CAsyncProducer {
             "AsyncProducerCounters mirrors C"
         );
         // SAFETY: `config` is copied; the handler comes from
-        // `async_device_stream` and is valid until the producer releases it,
+        // `AsyncDeviceStream::new` and is valid until the producer releases it,
         // which the C producer does exactly once, last.
         let raw = unsafe { interop_async_producer_start(&config, handler.into_raw()) };
         CAsyncProducer {

@@ -7,7 +7,7 @@
 //!   reads only the metadata of device data, cancels, and records every
 //!   callback that overlapped another, came after release or exceeded the
 //!   credit it granted;
-//! - the C producer thread of `c/async_stream.c` feeds `async_device_stream`:
+//! - the C producer thread of `c/async_stream.c` feeds `AsyncDeviceStream::new`:
 //!   values arrive intact, its error surfaces after the batches before it,
 //!   the Rust consumer holds it to `queue_size` tasks ahead, and dropping the
 //!   stream cancels it with every task extracted and every array released
@@ -23,7 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_device::stream::{async_device_stream, AsyncDeviceStream, AsyncDeviceStreamProducer};
+use arrow_device::stream::{
+    export_async_record_batches, export_async_record_batches_to, AsyncDeviceStream,
+    AsyncDeviceStreamProducer,
+};
 use arrow_device::{DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::{ArrowError, DataType};
 use c_interop_tests::async_stream::{
@@ -80,7 +83,7 @@ fn cpu_producer(
     batches: Vec<Result<RecordBatch, ArrowError>>,
 ) -> (AsyncDeviceStreamProducer, Arc<AtomicUsize>) {
     let (source, pulls) = counted_source(batches);
-    let producer = AsyncDeviceStreamProducer::from_record_batches(v_s_schema(), source)
+    let producer = export_async_record_batches(v_s_schema(), source)
         .expect("the schema exports")
         .with_additional_metadata(rows_metadata(123))
         .expect("the metadata encodes");
@@ -193,11 +196,10 @@ async fn c_consumer_reads_only_the_metadata_of_batches_on_the_emulated_device() 
     let device = emulated(3);
     let batches: Vec<_> = (0..4).map(|i| Ok(v_s_batch(i))).collect();
     let (source, _) = counted_source(batches);
-    let producer =
-        AsyncDeviceStreamProducer::from_record_batches_to(v_s_schema(), source, device.clone())
-            .expect("the schema exports")
-            .with_additional_metadata(rows_metadata(16))
-            .expect("the metadata encodes");
+    let producer = export_async_record_batches_to(v_s_schema(), source, &device)
+        .expect("the schema exports")
+        .with_additional_metadata(rows_metadata(16))
+        .expect("the metadata encodes");
     let options = ConsumerOptions::new(&V_S, 2);
 
     let (result, consumer) = run_into_c(producer, &options).await;
@@ -418,7 +420,7 @@ async fn dropping_an_unpolled_driver_populates_the_producer_before_on_error() {
 
 /// Starts a C producer into a new Rust stream of `queue_size`.
 fn from_c(config: AsyncProducerConfig, queue_size: usize) -> (CAsyncProducer, AsyncDeviceStream) {
-    let (handler, stream) = async_device_stream(queue_size, ValidationLevel::Full);
+    let (stream, handler) = AsyncDeviceStream::new(queue_size, ValidationLevel::Full);
     (CAsyncProducer::start(config, handler), stream)
 }
 

@@ -8,17 +8,16 @@
 //!   batch released by their callbacks;
 //! - the hand-written C producer of `c/stream.c` is read by
 //!   `DeviceStreamReader` (and through `into_record_batch_reader` and
-//!   `ffi_stream_from_device`): values arrive intact, its errors and its
+//!   `FFI_ArrowArrayStream::try_from`): values arrive intact, its errors and its
 //!   spec violations surface as errors naming what broke, and each of its
 //!   arrays, schemas and the stream is released exactly once.
 
 use arrow_array::ffi_stream::RecordBatchStreamReader;
 use arrow_array::{RecordBatch, RecordBatchIterator};
-use arrow_device::abi::{raw, ArrowDeviceArrayStream};
+use arrow_device::abi::{raw, ArrowDeviceArrayStream, FFI_ArrowArrayStream};
 use arrow_device::device::DeviceRef;
 use arrow_device::stream::{
-    export_device_arrays, export_reader, export_reader_to, ffi_stream_from_device,
-    DeviceStreamReader,
+    export_device_arrays, export_reader, export_reader_to, DeviceStreamReader,
 };
 use arrow_device::{export_record_batch_to, DeviceArray, DeviceType, Error, ValidationLevel};
 use arrow_schema::{ArrowError, DataType, Field};
@@ -118,7 +117,7 @@ fn c_consumer_sees_the_end_of_an_empty_stream_after_its_schema() {
 fn c_consumer_reads_only_metadata_of_an_emulated_device_stream() {
     let device = emulated(5);
     let batches: Vec<RecordBatch> = (0..3).map(v_s_batch).collect();
-    let mut stream = export_reader_to(reader_of(batches.into_iter().map(Ok).collect()), device)
+    let mut stream = export_reader_to(reader_of(batches.into_iter().map(Ok).collect()), &device)
         .expect("export_reader_to");
     assert_eq!(stream.device_type(), DeviceType::EXT_DEV);
 
@@ -458,7 +457,7 @@ fn c_stream_batch_with_fewer_children_than_its_schema_is_rejected_naming_the_bat
 fn from_raw_moves_the_c_stream_out_leaving_a_released_struct() {
     let (mut stream, counters) = c_stream(StreamConfig::cpu(2, 1));
     // SAFETY: a valid, initialized stream from the C producer.
-    let reader = unsafe { DeviceStreamReader::from_raw(&mut stream, ValidationLevel::Full) }
+    let reader = unsafe { DeviceStreamReader::try_from_raw(&mut stream, ValidationLevel::Full) }
         .expect("imports");
     assert!(stream.is_released(), "the source is marked released");
     let batches = reader
@@ -474,7 +473,7 @@ fn from_raw_moves_the_c_stream_out_leaving_a_released_struct() {
 #[test]
 fn ffi_stream_from_device_lets_arrow_rs_read_the_c_stream() {
     let (stream, counters) = c_stream(StreamConfig::cpu(3, 4));
-    let ffi = ffi_stream_from_device(stream).expect("a CPU device stream");
+    let ffi = FFI_ArrowArrayStream::try_from(stream).expect("a CPU device stream");
     let reader = RecordBatchStreamReader::try_new(ffi).expect("arrow-rs reads the schema");
     let batches = reader
         .collect::<Result<Vec<_>, _>>()
@@ -491,7 +490,7 @@ fn ffi_stream_from_device_passes_the_c_producers_error_message_to_arrow_rs() {
         fail_at: 1,
         ..StreamConfig::cpu(3, 4)
     });
-    let ffi = ffi_stream_from_device(stream).expect("a CPU device stream");
+    let ffi = FFI_ArrowArrayStream::try_from(stream).expect("a CPU device stream");
     let mut reader = RecordBatchStreamReader::try_new(ffi).expect("schema");
     assert_eq!(
         reader.next().expect("batch 0").expect("imports"),
@@ -516,7 +515,7 @@ fn ffi_stream_from_device_refuses_a_stream_declared_on_ext_dev() {
         device_type: DeviceType::EXT_DEV,
         ..StreamConfig::cpu(1, 1)
     });
-    let err = ffi_stream_from_device(stream).expect_err("not CPU");
+    let err = FFI_ArrowArrayStream::try_from(stream).expect_err("not CPU");
     assert!(err.to_string().contains("EXT_DEV"), "{err}");
     assert_eq!(
         counters.get().stream_releases,

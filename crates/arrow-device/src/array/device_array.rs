@@ -264,11 +264,12 @@ impl DeviceArray {
         unsafe { Self::try_new(array, schema, level) }
     }
 
-    /// Imports a plain C Data Interface array (CPU memory).
+    /// Imports a plain C Data Interface array (CPU memory), as arrow-rs'
+    /// `from_ffi` does, taking ownership of both structs.
     ///
     /// # Safety
     /// As for [`DeviceArray::try_new`].
-    pub unsafe fn try_from_cpu(
+    pub unsafe fn try_from_ffi(
         array: FFI_ArrowArray,
         schema: FFI_ArrowSchema,
         level: ValidationLevel,
@@ -279,6 +280,51 @@ impl DeviceArray {
         };
         // SAFETY: forwarded from the caller.
         unsafe { Self::try_new(device_array, schema, level) }
+    }
+
+    /// arrow-rs data as a `DeviceArray` on the CPU, zero-copy: the safe way
+    /// in for data this process already holds. Its field is unnamed and
+    /// nullable, as [`export_array`](crate::export_array) describes it;
+    /// [`DeviceArray::to_device`] copies it onto a device.
+    ///
+    /// ```
+    /// use arrow_array::{Array, Int32Array};
+    /// use arrow_device::{device, DeviceArray, DeviceType};
+    ///
+    /// let ints = Int32Array::from(vec![Some(1), None, Some(3)]);
+    /// let array = DeviceArray::from_array(&ints);
+    /// assert_eq!((array.device_type(), array.null_count()), (DeviceType::CPU, Some(1)));
+    /// let emulated = device::lookup(DeviceType::EXT_DEV, 0).unwrap();
+    /// let on_device = array.to_device(&emulated).unwrap();
+    /// assert_eq!(on_device.to_host().unwrap().as_ref(), &ints as &dyn Array);
+    /// ```
+    pub fn from_array(array: &dyn Array) -> DeviceArray {
+        Self::from_array_data(
+            array.to_data(),
+            Field::new("", array.data_type().clone(), true),
+        )
+    }
+
+    /// A record batch as a struct `DeviceArray` on the CPU, zero-copy; the
+    /// schema's metadata becomes the struct field's, as
+    /// [`export_record_batch`](crate::export_record_batch) writes it, so
+    /// [`DeviceArray::to_record_batch`] gives the batch back.
+    pub fn from_record_batch(batch: &RecordBatch) -> DeviceArray {
+        let schema = batch.schema_ref();
+        let field = Field::new("", DataType::Struct(schema.fields().clone()), false)
+            .with_metadata(schema.metadata().clone());
+        Self::from_array_data(StructArray::from(batch.clone()).into_data(), field)
+    }
+
+    fn from_array_data(data: ArrayData, field: Field) -> DeviceArray {
+        let mut realigned = Vec::new();
+        let node = Node::from_array_data(&data, &mut realigned);
+        let cpu = device::cpu();
+        let owner: Owner = Arc::new((data, realigned));
+        // arrow-rs data: built by arrow-rs' checked constructors (or
+        // vouched for by the caller of an unchecked one), so valid as a
+        // whole, as `from_node` records.
+        DeviceArray::from_node(node, field, DeviceType::CPU, -1, Some(cpu), owner)
     }
 
     /// The device type the buffers live on.

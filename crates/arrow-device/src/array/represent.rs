@@ -12,13 +12,11 @@
 //!
 //! ```
 //! use arrow_array::{Array, LargeStringArray, StringArray};
-//! use arrow_device::{export_array, DeviceArray, ValidationLevel};
+//! use arrow_device::DeviceArray;
 //! use arrow_schema::{DataType, Field};
 //!
 //! let strings = StringArray::from(vec![Some("a"), None]);
-//! let (array, schema) = export_array(&strings)?;
-//! // SAFETY: the structs come from this crate's exporter.
-//! let imported = unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Default) }?;
+//! let imported = DeviceArray::from_array(&strings);
 //!
 //! let large = imported.to_representation(&Field::new("s", DataType::LargeUtf8, true))?;
 //! let host = large.to_host()?;
@@ -31,10 +29,8 @@
 
 use arrow_schema::{DataType, Field};
 
-use crate::array::export::export_array;
 use crate::array::DeviceArray;
 use crate::error::{Error, Path, Result};
-use crate::validate::ValidationLevel;
 
 impl DeviceArray {
     /// The same data as `field`'s type: zero-copy when it already is, else
@@ -65,9 +61,7 @@ impl DeviceArray {
         // dictionary key past the dictionary would make `cast` read out of
         // bounds or panic. The default import level reads none of those.
         let converted = arrow_cast::cast(self.to_host_checked()?.as_ref(), to)?;
-        let (array, _schema) = export_array(converted.as_ref())?;
-        // SAFETY: our own export of arrow-rs data that `cast` built.
-        unsafe { DeviceArray::try_new_with_field(array, field.clone(), ValidationLevel::None) }
+        Ok(DeviceArray::from_array(converted.as_ref()).with_field(field.clone()))
     }
 }
 

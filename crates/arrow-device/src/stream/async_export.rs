@@ -41,7 +41,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use arrow_array::{ArrayRef, Int32Array, RecordBatch};
-//! use arrow_device::stream::{async_device_stream, AsyncDeviceStreamProducer};
+//! use arrow_device::stream::{export_async_record_batches, AsyncDeviceStream};
 //! use arrow_device::ValidationLevel;
 //! use futures_util::StreamExt;
 //!
@@ -49,11 +49,11 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2, 3])) as ArrayRef)])?;
 //! let source = futures_util::stream::iter(vec![Ok(batch.clone()), Ok(batch.clone())]);
-//! let producer = AsyncDeviceStreamProducer::from_record_batches(batch.schema(), source)?;
+//! let producer = export_async_record_batches(batch.schema(), source)?;
 //!
 //! // The consumer side: a handler for the producer, and a `Stream` of arrays.
-//! let (handler, mut stream) = async_device_stream(4, ValidationLevel::Default);
-//! // SAFETY: the handler comes from `async_device_stream`, a valid handler.
+//! let (mut stream, handler) = AsyncDeviceStream::new(4, ValidationLevel::Default);
+//! // SAFETY: the handler comes from `AsyncDeviceStream::new`, a valid handler.
 //! let driver = tokio::spawn(unsafe { producer.run(handler.into_raw()) });
 //!
 //! let mut rows = 0;
@@ -136,79 +136,80 @@ impl fmt::Debug for AsyncDeviceStreamProducer {
     }
 }
 
+/// Exports a stream of record batches zero-copy on the CPU, to be pushed
+/// into a consumer's handler ([`AsyncDeviceStreamProducer::run`]). Each batch
+/// travels as a struct array; the schema (with its metadata) is sent once,
+/// in `on_schema`.
+///
+/// A batch whose fields differ from `schema`'s, or an `Err` from `batches`,
+/// ends the stream with `on_error`.
+pub fn export_async_record_batches(
+    schema: SchemaRef,
+    batches: impl Stream<Item = std::result::Result<RecordBatch, ArrowError>> + Send + 'static,
+) -> Result<AsyncDeviceStreamProducer> {
+    export_async_batches(schema, batches, None)
+}
+
+/// As [`export_async_record_batches`], each batch copied onto `device`
+/// (with a `sync_event` the consumer waits on); the stream's `device_type`
+/// is the device's.
+pub fn export_async_record_batches_to(
+    schema: SchemaRef,
+    batches: impl Stream<Item = std::result::Result<RecordBatch, ArrowError>> + Send + 'static,
+    device: &DeviceRef,
+) -> Result<AsyncDeviceStreamProducer> {
+    export_async_batches(schema, batches, Some(device.clone()))
+}
+
+fn export_async_batches(
+    schema: SchemaRef,
+    batches: impl Stream<Item = std::result::Result<RecordBatch, ArrowError>> + Send + 'static,
+    device: Option<DeviceRef>,
+) -> Result<AsyncDeviceStreamProducer> {
+    let c_schema = crate::schema::export_schema(&schema)?;
+    let device_type = device.as_ref().map_or(DeviceType::CPU, |d| d.device_type());
+    let mut index = 0usize;
+    let source = batches.map(move |batch| {
+        let this = index;
+        index += 1;
+        export_stream_batch(this, &batch?, &schema, device.as_ref())
+    });
+    Ok(AsyncDeviceStreamProducer {
+        schema: c_schema,
+        device_type,
+        additional_metadata: None,
+        source: Box::pin(source),
+    })
+}
+
+/// Exports a stream of device arrays of type `field` (a record-batch stream
+/// is a struct field), all on devices of `device_type`, each zero-copy with
+/// [`DeviceArray::export`].
+///
+/// An array on another device type or of another data type ends the stream
+/// with `on_error(EINVAL)` and a message naming the batch index, the
+/// expected and the found value.
+pub fn export_async_device_arrays(
+    field: Field,
+    device_type: DeviceType,
+    arrays: impl Stream<Item = Result<DeviceArray>> + Send + 'static,
+) -> Result<AsyncDeviceStreamProducer> {
+    let schema = crate::schema::export_field(&field)?;
+    let mut index = 0usize;
+    let source = arrays.map(move |array| {
+        let this = index;
+        index += 1;
+        export_stream_array(this, &array?, field.data_type(), device_type)
+    });
+    Ok(AsyncDeviceStreamProducer {
+        schema,
+        device_type,
+        additional_metadata: None,
+        source: Box::pin(source),
+    })
+}
+
 impl AsyncDeviceStreamProducer {
-    /// A stream of record batches exported zero-copy on the CPU. Each batch
-    /// travels as a struct array; the schema (with its metadata) is sent once,
-    /// in `on_schema`.
-    ///
-    /// A batch whose fields differ from `schema`'s, or an `Err` from
-    /// `batches`, ends the stream with `on_error`.
-    pub fn from_record_batches(
-        schema: SchemaRef,
-        batches: impl Stream<Item = std::result::Result<RecordBatch, ArrowError>> + Send + 'static,
-    ) -> Result<Self> {
-        Self::from_batches(schema, batches, None)
-    }
-
-    /// A stream of record batches, each copied onto `device` (with a
-    /// `sync_event` the consumer waits on); the stream's `device_type` is the
-    /// device's.
-    pub fn from_record_batches_to(
-        schema: SchemaRef,
-        batches: impl Stream<Item = std::result::Result<RecordBatch, ArrowError>> + Send + 'static,
-        device: DeviceRef,
-    ) -> Result<Self> {
-        Self::from_batches(schema, batches, Some(device))
-    }
-
-    fn from_batches(
-        schema: SchemaRef,
-        batches: impl Stream<Item = std::result::Result<RecordBatch, ArrowError>> + Send + 'static,
-        device: Option<DeviceRef>,
-    ) -> Result<Self> {
-        let c_schema = crate::schema::export_schema(&schema)?;
-        let device_type = device.as_ref().map_or(DeviceType::CPU, |d| d.device_type());
-        let mut index = 0usize;
-        let source = batches.map(move |batch| {
-            let this = index;
-            index += 1;
-            export_stream_batch(this, &batch?, &schema, device.as_ref())
-        });
-        Ok(Self {
-            schema: c_schema,
-            device_type,
-            additional_metadata: None,
-            source: Box::pin(source),
-        })
-    }
-
-    /// A stream of device arrays of type `field` (a record-batch stream is a
-    /// struct field), all on devices of `device_type`, each exported
-    /// zero-copy with [`DeviceArray::export`].
-    ///
-    /// An array on another device type or of another data type ends the
-    /// stream with `on_error(EINVAL)` and a message naming the batch index,
-    /// the expected and the found value.
-    pub fn from_device_arrays(
-        field: Field,
-        device_type: DeviceType,
-        arrays: impl Stream<Item = Result<DeviceArray>> + Send + 'static,
-    ) -> Result<Self> {
-        let schema = crate::schema::export_field(&field)?;
-        let mut index = 0usize;
-        let source = arrays.map(move |array| {
-            let this = index;
-            index += 1;
-            export_stream_array(this, &array?, field.data_type(), device_type)
-        });
-        Ok(Self {
-            schema,
-            device_type,
-            additional_metadata: None,
-            source: Box::pin(source),
-        })
-    }
-
     /// Sets `ArrowAsyncProducer.additional_metadata` (encoded like
     /// `ArrowSchema.metadata`), for example the number of rows when known.
     pub fn with_additional_metadata(mut self, metadata: HashMap<String, String>) -> Result<Self> {

@@ -2,7 +2,7 @@
 //! whose batches come out as a [`Stream`] of [`DeviceArray`]s (spec: "Async
 //! Device Stream Interface").
 //!
-//! [`async_device_stream`] returns the two halves: an [`AsyncStreamHandler`]
+//! [`AsyncDeviceStream::new`] returns the two halves: an [`AsyncStreamHandler`]
 //! to hand to the producer ([`AsyncStreamHandler::into_raw`]) and an
 //! [`AsyncDeviceStream`] to poll on any executor.
 //!
@@ -27,7 +27,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use arrow_array::{ArrayRef, RecordBatch, StringArray};
-//! use arrow_device::stream::{async_device_stream, AsyncDeviceStreamProducer};
+//! use arrow_device::stream::{export_async_record_batches, AsyncDeviceStream};
 //! use arrow_device::{DeviceArray, DeviceType, ValidationLevel};
 //! use arrow_schema::DataType;
 //! use futures_util::StreamExt;
@@ -37,12 +37,12 @@
 //! let batch = RecordBatch::try_from_iter([("s", Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef)])?;
 //! let schema = batch.schema();
 //! let source = futures_util::stream::iter((0..3).map(move |_| Ok(batch.clone())));
-//! let producer = AsyncDeviceStreamProducer::from_record_batches(schema.clone(), source)?
+//! let producer = export_async_record_batches(schema.clone(), source)?
 //!     .with_additional_metadata([("rows".to_string(), "6".to_string())].into())?;
 //!
 //! // At most 2 batches are queued or requested at any time.
-//! let (handler, mut stream) = async_device_stream(2, ValidationLevel::Default);
-//! // SAFETY: the handler comes from `async_device_stream`, a valid handler.
+//! let (mut stream, handler) = AsyncDeviceStream::new(2, ValidationLevel::Default);
+//! // SAFETY: the handler comes from `AsyncDeviceStream::new`, a valid handler.
 //! tokio::spawn(unsafe { producer.run(handler.into_raw()) });
 //!
 //! let field = stream.wait_schema().await?;
@@ -80,53 +80,55 @@ use crate::abi::{
 };
 use crate::array::DeviceArray;
 use crate::error::{Error, Result};
-use crate::stream::stream_error;
+use crate::stream::{stream_error, wrong_device_type};
 use crate::validate::ValidationLevel;
 
-/// Creates a handler for a foreign producer and the stream its batches come
-/// out of.
-///
-/// `queue_size` is the credit granted in `on_schema`: at most that many
-/// tasks are queued or requested at any time (0 is treated as 1). Each array
-/// is validated at `level` when it is polled.
-pub fn async_device_stream(
-    queue_size: usize,
-    level: ValidationLevel,
-) -> (AsyncStreamHandler, AsyncDeviceStream) {
-    let inner = Arc::new(Inner {
-        handler: UnsafeCell::new(ArrowAsyncDeviceStreamHandler {
-            on_schema: Some(handler_on_schema),
-            on_next_task: Some(handler_on_next_task),
-            on_error: Some(handler_on_error),
-            release: Some(handler_release),
-            producer: std::ptr::null_mut(),
-            private_data: std::ptr::null_mut(),
-        }),
-        queue_size: queue_size.max(1),
-        level,
-        state: Mutex::new(State::default()),
-        link: ProducerLink::default(),
-        waker: AtomicWaker::new(),
-    });
-    let handler = inner.handler.get();
-    // The C struct holds one reference, given back by its release callback.
-    let reference = Arc::into_raw(inner.clone());
-    // SAFETY: nobody else has the struct yet.
-    unsafe { (*handler).private_data = reference.cast_mut().cast() };
-    (
-        AsyncStreamHandler {
-            // SAFETY: `UnsafeCell::get` of a live allocation is never NULL.
-            handler: unsafe { NonNull::new_unchecked(handler) },
-        },
-        AsyncDeviceStream {
-            inner,
-            done: false,
-            received: 0,
-        },
-    )
+impl AsyncDeviceStream {
+    /// Creates the stream a foreign producer's batches come out of, and
+    /// the handler to give that producer.
+    ///
+    /// `queue_size` is the credit granted in `on_schema`: at most that many
+    /// tasks are queued or requested at any time (0 is treated as 1). Each
+    /// array is validated at `level` when it is polled.
+    pub fn new(
+        queue_size: usize,
+        level: ValidationLevel,
+    ) -> (AsyncDeviceStream, AsyncStreamHandler) {
+        let inner = Arc::new(Inner {
+            handler: UnsafeCell::new(ArrowAsyncDeviceStreamHandler {
+                on_schema: Some(handler_on_schema),
+                on_next_task: Some(handler_on_next_task),
+                on_error: Some(handler_on_error),
+                release: Some(handler_release),
+                producer: std::ptr::null_mut(),
+                private_data: std::ptr::null_mut(),
+            }),
+            queue_size: queue_size.max(1),
+            level,
+            state: Mutex::new(State::default()),
+            link: ProducerLink::default(),
+            waker: AtomicWaker::new(),
+        });
+        let handler = inner.handler.get();
+        // The C struct holds one reference, given back by its release callback.
+        let reference = Arc::into_raw(inner.clone());
+        // SAFETY: nobody else has the struct yet.
+        unsafe { (*handler).private_data = reference.cast_mut().cast() };
+        (
+            AsyncDeviceStream {
+                inner,
+                done: false,
+                received: 0,
+            },
+            AsyncStreamHandler {
+                // SAFETY: `UnsafeCell::get` of a live allocation is never NULL.
+                handler: unsafe { NonNull::new_unchecked(handler) },
+            },
+        )
+    }
 }
 
-/// The `ArrowAsyncDeviceStreamHandler` half of [`async_device_stream`], to be
+/// The `ArrowAsyncDeviceStreamHandler` half of [`AsyncDeviceStream::new`], to be
 /// handed to a producer with [`AsyncStreamHandler::into_raw`].
 ///
 /// Dropped without being handed over, it releases the handler and the stream
@@ -172,7 +174,7 @@ impl Drop for AsyncStreamHandler {
     }
 }
 
-/// The stream half of [`async_device_stream`]: the producer's batches as
+/// The stream half of [`AsyncDeviceStream::new`]: the producer's batches as
 /// [`DeviceArray`]s, in order.
 ///
 /// Each task is extracted on the thread that polls (the point of tasks in
@@ -297,10 +299,11 @@ impl AsyncDeviceStream {
             });
         }
         if out.device_type != schema.device_type {
-            return Err(stream_error(format!(
-                "batch {index} is on device type {}, expected the producer's {}",
-                out.device_type, schema.device_type
-            )));
+            return Err(wrong_device_type(
+                index,
+                out.device_type,
+                schema.device_type,
+            ));
         }
         // SAFETY: the producer's array, under the spec's contract, of the
         // type `on_schema` announced.

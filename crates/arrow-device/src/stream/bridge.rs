@@ -5,10 +5,12 @@
 //! foreign stream's callbacks, so each array passes through untouched and
 //! the final consumer validates it as it would have validated the original.
 //!
-//! * [`device_stream_from_ffi`]: a C stream becomes a CPU device stream (each
+//! * `ArrowDeviceArrayStream::try_from(FFI_ArrowArrayStream)`: a C stream
+//!   becomes a CPU device stream (each
 //!   `ArrowArray` arrives as an `ArrowDeviceArray` with `device_id` -1 and no
 //!   `sync_event`).
-//! * [`ffi_stream_from_device`]: a CPU device stream becomes a C stream, for
+//! * `FFI_ArrowArrayStream::try_from(ArrowDeviceArrayStream)`: a CPU device
+//!   stream becomes a C stream, for
 //!   consumers that only know the C stream interface (arrow-rs'
 //!   `ArrowArrayStreamReader`, pyarrow, polars, duckdb). A batch that is not
 //!   CPU data fails its `get_next` with `EINVAL`: a C stream consumer cannot
@@ -21,15 +23,15 @@
 //! use std::sync::Arc;
 //! use arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 //! use arrow_array::{ArrayRef, Int64Array, RecordBatch, RecordBatchIterator};
-//! use arrow_device::stream::{device_stream_from_ffi, ffi_stream_from_device};
+//! use arrow_device::ArrowDeviceArrayStream;
 //!
 //! let batch = RecordBatch::try_from_iter([("v", Arc::new(Int64Array::from(vec![7, 8])) as ArrayRef)])?;
 //! let reader = RecordBatchIterator::new([Ok(batch.clone())], batch.schema());
 //! let c_stream = FFI_ArrowArrayStream::new(Box::new(reader));
 //!
 //! // C stream -> device stream -> C stream, read back by arrow-rs.
-//! let device_stream = device_stream_from_ffi(c_stream)?;
-//! let back = ffi_stream_from_device(device_stream)?;
+//! let device_stream = ArrowDeviceArrayStream::try_from(c_stream)?;
+//! let back = FFI_ArrowArrayStream::try_from(device_stream)?;
 //! let batches = ArrowArrayStreamReader::try_new(back)?.collect::<Result<Vec<_>, _>>()?;
 //! assert_eq!(batches, [batch]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -48,8 +50,27 @@ use crate::stream::export::error_cstring;
 use crate::stream::{check_stream_callbacks, stream_error};
 
 /// Wraps a C stream as a CPU device stream, zero-copy. Fails when the C
-/// stream is released or lacks a callback.
-pub fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDeviceArrayStream> {
+/// stream is released or lacks a callback (the stream is then released).
+impl TryFrom<FFI_ArrowArrayStream> for ArrowDeviceArrayStream {
+    type Error = Error;
+
+    fn try_from(stream: FFI_ArrowArrayStream) -> Result<ArrowDeviceArrayStream> {
+        device_stream_from_ffi(stream)
+    }
+}
+
+/// Wraps a CPU device stream as a C stream, zero-copy. Fails when the device
+/// stream is not on the CPU, is released, or lacks a callback (the stream is
+/// then released).
+impl TryFrom<ArrowDeviceArrayStream> for FFI_ArrowArrayStream {
+    type Error = Error;
+
+    fn try_from(stream: ArrowDeviceArrayStream) -> Result<FFI_ArrowArrayStream> {
+        ffi_stream_from_device(stream)
+    }
+}
+
+fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDeviceArrayStream> {
     let private = Box::new(Bridge {
         inner: stream,
         last_error: None,
@@ -73,9 +94,7 @@ pub fn device_stream_from_ffi(stream: FFI_ArrowArrayStream) -> Result<ArrowDevic
     })
 }
 
-/// Wraps a CPU device stream as a C stream, zero-copy. Fails when the device
-/// stream is not on the CPU, is released, or lacks a callback.
-pub fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_ArrowArrayStream> {
+fn ffi_stream_from_device(stream: ArrowDeviceArrayStream) -> Result<FFI_ArrowArrayStream> {
     check_stream_callbacks(
         !stream.is_released(),
         [

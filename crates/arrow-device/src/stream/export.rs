@@ -51,7 +51,7 @@ use crate::array::DeviceArray;
 use crate::device::DeviceRef;
 use crate::error::{Error, Result};
 use crate::schema::export_field;
-use crate::stream::{export_stream_array, export_stream_batch, stream_error};
+use crate::stream::{export_stream_array, export_stream_batch, stream_error, wrong_device_type};
 
 /// Exports an arrow-rs reader as a CPU device stream; each batch is exported
 /// zero-copy when `get_next` asks for it.
@@ -73,8 +73,9 @@ pub fn export_reader(
 /// event that marks the copy's completion.
 pub fn export_reader_to(
     reader: impl RecordBatchReader + Send + 'static,
-    device: DeviceRef,
+    device: &DeviceRef,
 ) -> Result<ArrowDeviceArrayStream> {
+    let device = device.clone();
     let schema = reader.schema();
     let device_type = device.device_type();
     let field = record_batch_field(&schema);
@@ -210,10 +211,11 @@ impl Private {
         };
         let array = next?;
         if array.device_type != self.device_type {
-            return Err(stream_error(format!(
-                "batch {} is on device type {}, expected the stream's {}",
-                self.index, array.device_type, self.device_type
-            )));
+            return Err(wrong_device_type(
+                self.index,
+                array.device_type,
+                self.device_type,
+            ));
         }
         self.index += 1;
         Ok(array)

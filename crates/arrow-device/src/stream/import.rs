@@ -22,7 +22,7 @@
 //! )])?;
 //! let device: DeviceRef = EmulatedDevice::global(7).ok_or("no emulated device 7")?;
 //! let reader = RecordBatchIterator::new([Ok(batch.clone())], batch.schema());
-//! let stream = export_reader_to(reader, device)?;
+//! let stream = export_reader_to(reader, &device)?;
 //!
 //! // SAFETY: the stream comes from this crate's exporter.
 //! let mut imported = unsafe { DeviceStreamReader::try_new(stream, ValidationLevel::Default) }?;
@@ -44,7 +44,7 @@ use crate::abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType, FFI_Arrow
 use crate::array::DeviceArray;
 use crate::error::{Error, Result};
 use crate::schema::import_field;
-use crate::stream::{check_stream_callbacks, stream_error};
+use crate::stream::{check_stream_callbacks, stream_error, wrong_device_type};
 use crate::validate::ValidationLevel;
 
 /// A device stream from any producer, read batch by batch.
@@ -116,7 +116,7 @@ impl DeviceStreamReader {
     /// # Safety
     /// `stream` is valid for reads and writes and points to an initialized
     /// stream that follows the spec.
-    pub unsafe fn from_raw(
+    pub unsafe fn try_from_raw(
         stream: *mut ArrowDeviceArrayStream,
         level: ValidationLevel,
     ) -> Result<Self> {
@@ -190,10 +190,7 @@ impl DeviceStreamReader {
         let index = self.index;
         self.index += 1;
         if out.device_type != self.device_type {
-            return Err(stream_error(format!(
-                "batch {index} is on device type {}, expected the stream's {}",
-                out.device_type, self.device_type
-            )));
+            return Err(wrong_device_type(index, out.device_type, self.device_type));
         }
         // SAFETY: the producer's array, of get_schema's type per the spec;
         // validation checks what it can.
