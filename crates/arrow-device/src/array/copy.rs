@@ -265,11 +265,11 @@ fn offset_width(data_type: &DataType) -> usize {
 /// Visits every node of the tree in pre-order.
 fn for_each_node_mut(node: &mut Node, f: &mut impl FnMut(&mut Node)) {
     f(node);
-    for child in &mut node.children {
+    for child in node.children.make_mut() {
         for_each_node_mut(child, f);
     }
     if let Some(dictionary) = &mut node.dictionary {
-        for_each_node_mut(dictionary, f);
+        for_each_node_mut(Arc::make_mut(dictionary), f);
     }
 }
 

@@ -443,7 +443,7 @@ impl DeviceArray {
         let dictionary = self.node().dictionary.as_ref()?;
         Some(DeviceArray {
             storage: self.storage.clone(),
-            node: NodeRef::Derived(Arc::new((**dictionary).clone())),
+            node: NodeRef::Derived(dictionary.clone()),
             field: Some(Arc::new(Field::new(
                 "dictionary",
                 (**value_type).clone(),

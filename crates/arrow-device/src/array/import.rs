@@ -9,6 +9,7 @@
 //! with a single synchronization for the whole tree.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use arrow_schema::{DataType, UnionMode};
 use smallvec::SmallVec;
@@ -16,7 +17,7 @@ use smallvec::SmallVec;
 use crate::abi::raw;
 use crate::array::device_reads::{read_values, After, DeviceRead};
 use crate::array::layout::{self, BufferKind};
-use crate::array::node::{Node, Pending, RawBuf};
+use crate::array::node::{Children, Node, Pending, RawBuf};
 use crate::device::{DeviceRef, SyncEvent};
 use crate::error::{Error, Path, Result};
 use crate::validate::ValidationLevel;
@@ -197,7 +198,7 @@ impl<'d> Importer<'d> {
             offset,
             null_count,
             buffers: crate::array::node::Buffers::with_capacity(raw_buffers.len()),
-            children: Vec::with_capacity(expected_children),
+            children: Children::default(),
             dictionary: None,
             data_shift: None,
             pending: Pending::None,
@@ -310,6 +311,7 @@ impl<'d> Importer<'d> {
         }
 
         // Children.
+        let mut children = Vec::with_capacity(expected_children);
         for i in 0..expected_children {
             let Some(child_field) = layout::child_field(data_type, i) else {
                 break; // `expected_children` counts exactly these fields
@@ -324,15 +326,16 @@ impl<'d> Importer<'d> {
             // SAFETY: forwarded from the caller.
             let child_node =
                 unsafe { self.walk(child, child_field.data_type(), &child_path, depth + 1) }?;
-            node.children.push(child_node);
+            children.push(child_node);
         }
+        node.children = Children::from(children);
         if let DataType::Dictionary(_, value_type) = data_type {
             let dict_path = path.dictionary();
             // SAFETY: non-NULL (checked above) and part of a valid struct.
             let dictionary = unsafe { &*array.dictionary };
             // SAFETY: forwarded from the caller.
             let dict = unsafe { self.walk(dictionary, value_type, &dict_path, depth + 1) }?;
-            node.dictionary = Some(Box::new(dict));
+            node.dictionary = Some(Arc::new(dict));
         }
         if checks && expected_children > 0 {
             check_children(&mut node, path)?;
@@ -529,11 +532,12 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
     if node.children.is_empty() && node.dictionary.is_none() {
         return Ok(());
     }
-    for (i, child) in node.children.iter_mut().enumerate() {
-        resolve(child, values, level, &child_path(path, &node.data_type, i))?;
+    let data_type = node.data_type.clone();
+    for (i, child) in node.children.make_mut().iter_mut().enumerate() {
+        resolve(child, values, level, &child_path(path, &data_type, i))?;
     }
     if let Some(dictionary) = &mut node.dictionary {
-        resolve(dictionary, values, level, &path.dictionary())?;
+        resolve(Arc::make_mut(dictionary), values, level, &path.dictionary())?;
     }
     Ok(())
 }

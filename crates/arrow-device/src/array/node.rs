@@ -58,6 +58,57 @@ pub(crate) enum Pending {
     LastRunEnd { read: usize },
 }
 
+/// A node's children, shared: cloning a node (a slice, a child handle, a
+/// trimmed copy) copies one level, never the subtree below it. A leaf holds
+/// no allocation.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Children(Option<Arc<[Node]>>);
+
+impl Children {
+    /// The children to change, copied first if another tree shares them.
+    pub(crate) fn make_mut(&mut self) -> &mut [Node] {
+        match &mut self.0 {
+            None => &mut [],
+            Some(shared) => {
+                if Arc::get_mut(shared).is_none() {
+                    *shared = shared.iter().cloned().collect();
+                }
+                // Unique now: just made so, or already.
+                Arc::get_mut(shared).map_or(&mut [], |nodes| nodes)
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Children {
+    type Target = [Node];
+
+    fn deref(&self) -> &[Node] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl From<Vec<Node>> for Children {
+    fn from(nodes: Vec<Node>) -> Self {
+        Children((!nodes.is_empty()).then(|| Arc::from(nodes)))
+    }
+}
+
+impl<'a> IntoIterator for &'a Children {
+    type Item = &'a Node;
+    type IntoIter = std::slice::Iter<'a, Node>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl FromIterator<Node> for Children {
+    fn from_iter<I: IntoIterator<Item = Node>>(nodes: I) -> Self {
+        Children::from(nodes.into_iter().collect::<Vec<_>>())
+    }
+}
+
 /// One level of an array tree (see the module documentation).
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
@@ -69,8 +120,8 @@ pub(crate) struct Node {
     /// C order, without the variadic-sizes buffer of view types (derived from
     /// the variadic buffers' sizes when exporting).
     pub buffers: Buffers,
-    pub children: Vec<Node>,
-    pub dictionary: Option<Box<Node>>,
+    pub children: Children,
+    pub dictionary: Option<Arc<Node>>,
     /// Set only inside a copy to the host: this string/binary node's data
     /// was narrowed to start at this offset, so the copied offsets must be
     /// shifted down by it (see `copy::device_to_host`).
@@ -94,7 +145,7 @@ impl Node {
             offset: 0,
             null_count: Some(0),
             buffers: Buffers::from_iter([RawBuf::NULL, values]),
-            children: Vec::new(),
+            children: Children::default(),
             dictionary: None,
             data_shift: None,
             pending: Pending::None,
@@ -128,7 +179,7 @@ impl Node {
             null_count: self.null_count,
             buffers: self.buffers.iter().map(|b| f(*b)).collect(),
             children: self.children.iter().map(|c| c.map_buffers(f)).collect(),
-            dictionary: self.dictionary.as_ref().map(|d| Box::new(d.map_buffers(f))),
+            dictionary: self.dictionary.as_ref().map(|d| Arc::new(d.map_buffers(f))),
             data_shift: self.data_shift,
             pending: Pending::None,
         }
@@ -229,10 +280,10 @@ impl Node {
         buffers.extend(data.buffers().iter().map(RawBuf::of));
         let (children, dictionary) = match data_type {
             DataType::Dictionary(_, _) => (
-                Vec::new(),
+                Children::default(),
                 data.child_data()
                     .first()
-                    .map(|d| Box::new(Node::from_array_data(d, extra))),
+                    .map(|d| Arc::new(Node::from_array_data(d, extra))),
             ),
             _ => (
                 data.child_data()
@@ -439,5 +490,47 @@ fn narrow(
     RawBuf {
         ptr: buffer.ptr.wrapping_add(skip),
         len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{Array, ListArray};
+
+    use super::*;
+
+    fn nested_lists() -> ArrayData {
+        let inner = ListArray::from_iter_primitive::<arrow_array::types::Int32Type, _, _>([
+            Some(vec![Some(1), Some(2)]),
+            None,
+            Some(vec![Some(3)]),
+        ]);
+        let offsets = arrow_buffer::OffsetBuffer::from_lengths([2, 1]);
+        let field = Arc::new(arrow_schema::Field::new_list_field(
+            inner.data_type().clone(),
+            true,
+        ));
+        ListArray::new(field, offsets, Arc::new(inner), None).into_data()
+    }
+
+    #[test]
+    fn a_cloned_node_shares_its_subtree_until_one_side_changes_it() {
+        let data = nested_lists();
+        let mut realigned = Vec::new();
+        let node = Node::from_array_data(&data, &mut realigned);
+        let mut copy = node.clone();
+        assert!(std::ptr::eq(copy.children.as_ptr(), node.children.as_ptr()));
+        assert!(std::ptr::eq(
+            copy.children[0].children.as_ptr(),
+            node.children[0].children.as_ptr()
+        ));
+        copy.children.make_mut()[0].len = 99;
+        assert_eq!((node.children[0].len, copy.children[0].len), (3, 99));
+        assert!(!std::ptr::eq(
+            copy.children.as_ptr(),
+            node.children.as_ptr()
+        ));
+        // A leaf holds no allocation for its (absent) children.
+        assert!(node.children[0].children[0].children.is_empty());
     }
 }
