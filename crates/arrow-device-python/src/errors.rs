@@ -5,7 +5,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_device::Error;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::PyErr;
 
 /// The Python exception for a library error:
@@ -13,11 +13,13 @@ use pyo3::PyErr;
 ///   defect and where in the array tree it is);
 /// * `TypeError`: a valid request that this kind of data or device cannot
 ///   serve (for example a device copy of an opaque device's array);
+/// * `IndexError`: an index or range out of range (a slice past the end);
 /// * `RuntimeError`: a device call, or a foreign producer or consumer, failed.
 pub fn to_py(err: Error) -> PyErr {
     match err {
         Error::Invalid { .. } | Error::Arrow(_) => PyValueError::new_err(err.to_string()),
         Error::NotSupported(message) => PyTypeError::new_err(message),
+        Error::OutOfRange(message) => PyIndexError::new_err(message),
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }

@@ -37,6 +37,10 @@ pub enum Error {
     /// The request is valid but this crate or device cannot carry it out.
     #[error("not supported: {0}")]
     NotSupported(String),
+    /// An index or range outside what it indexes (a slice past the end of
+    /// an array): the message names both.
+    #[error("out of range: {0}")]
+    OutOfRange(String),
     /// A device call failed.
     #[error("device {device_type} (id {device_id}): {message}")]
     Device {
@@ -94,11 +98,12 @@ impl Error {
 
     /// The errno-compatible code the C interfaces use for this error
     /// (`EINVAL` for malformed input, `ENOSYS` for unsupported requests,
-    /// `EIO` otherwise).
+    /// `ERANGE` for an index out of range, `EIO` otherwise).
     pub fn errno(&self) -> i32 {
         match self {
             Error::Invalid { .. } => libc::EINVAL,
             Error::NotSupported(_) => libc::ENOSYS,
+            Error::OutOfRange(_) => libc::ERANGE,
             Error::Arrow(ArrowError::NotYetImplemented(_)) => libc::ENOSYS,
             Error::Arrow(ArrowError::MemoryError(_)) => libc::ENOMEM,
             Error::Arrow(ArrowError::IoError(..)) => libc::EIO,

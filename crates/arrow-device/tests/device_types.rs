@@ -217,8 +217,22 @@ fn a_cpu_array_with_a_sync_event_is_rejected_when_read() {
 #[test]
 fn slicing_out_of_bounds_is_an_error() {
     let imported = relabel(&Int32Array::from(vec![1, 2, 3]), DeviceType::CPU, -1);
-    assert!(imported.slice(2, 2).is_err());
-    assert!(imported.slice(usize::MAX, 2).is_err());
+    let err = imported.slice(2, 2).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "out of range: slice 2..4 of an array of length 3"
+    );
+    assert_eq!(err.errno(), libc::ERANGE);
+    let err = imported.slice(usize::MAX, 2).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "out of range: slice {}..{} of an array of length 3",
+            usize::MAX,
+            usize::MAX
+        )
+    );
     let tail = imported.slice(1, 2).unwrap();
     assert_eq!((tail.offset(), tail.len()), (1, 2));
 }

@@ -458,8 +458,8 @@ impl DeviceArray {
             .checked_add(len)
             .is_none_or(|end| end > self.node().len)
         {
-            return Err(Error::NotSupported(format!(
-                "slice {offset}..{} out of bounds of an array of length {}",
+            return Err(Error::OutOfRange(format!(
+                "slice {offset}..{} of an array of length {}",
                 offset.saturating_add(len),
                 self.node().len
             )));

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use arrow_schema::ffi::Flags;
 use arrow_schema::{DataType, Field, Fields, Schema, UnionFields};
 
-use super::format::{parse_format, quote, ParsedFormat};
+use super::format::{parse, quote, ParsedFormat};
 use super::{metadata, utf8_defect};
 use crate::abi::{raw, FFI_ArrowSchema};
 use crate::error::{Error, Path, Result};
@@ -65,7 +65,7 @@ pub fn import_schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
     let node = raw::schema(schema);
     // Refuse a non-struct before walking whatever it holds.
     let format = node_format(node, &root)?;
-    let parsed = parse_format(format).map_err(|message| Error::invalid(&root, message))?;
+    let parsed = parse(format).map_err(|message| Error::invalid(&root, message))?;
     if parsed != ParsedFormat::Struct {
         return Err(Error::invalid(
             &root,
@@ -289,7 +289,7 @@ impl<'n> Members<'n> {
                 ),
             ));
         }
-        let parsed = parse_format(format).map_err(|message| Error::invalid(path, message))?;
+        let parsed = parse(format).map_err(|message| Error::invalid(path, message))?;
         // SAFETY: the spec makes `metadata` NULL or a buffer in its encoding,
         // owned by the producer for as long as the struct is not released.
         let metadata = unsafe { metadata::decode(node.metadata) }

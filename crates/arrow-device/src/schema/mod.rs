@@ -34,8 +34,8 @@
 //!
 //! // Defects are named, with what was expected.
 //! assert_eq!(
-//!     parse_format("+w:").unwrap_err(),
-//!     r#"format "+w:" is truncated: expected a list size after "+w:""#
+//!     parse_format("+w:").unwrap_err().to_string(),
+//!     r#"array: format "+w:" is truncated: expected a list size after "+w:""#
 //! );
 //! # Ok::<(), arrow_device::Error>(())
 //! ```

@@ -7,7 +7,7 @@
 mod parse;
 mod write;
 
-pub(crate) use parse::quote;
+pub(crate) use parse::{parse, quote};
 pub use parse::{parse_format, ParsedFormat};
 pub use write::write_format;
 pub(crate) use write::Format;

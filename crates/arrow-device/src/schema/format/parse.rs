@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, IntervalUnit, TimeUnit, UnionMode};
 
+use crate::error::{Error, Path};
+
 /// What one format string says about a node, before its children are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParsedFormat {
@@ -84,26 +86,34 @@ impl ParsedFormat {
 
 /// Parses a format string of the C Data Interface.
 ///
-/// The error is a sentence naming the format, the defect and what was
-/// expected, e.g. `format "+w:" is truncated: expected a list size after
-/// "+w:"`. Nothing here panics, whatever the input.
+/// The error is [`Error::Invalid`] whose message names the format, the
+/// defect and what was expected, e.g. `format "+w:" is truncated: expected
+/// a list size after "+w:"` (the importer reports the same message at the
+/// node's path). Nothing here panics, whatever the input.
 ///
 /// ```
 /// use arrow_device::schema::{parse_format, ParsedFormat};
 /// use arrow_schema::{DataType, TimeUnit};
 ///
-/// assert_eq!(parse_format("d:9,2,32"), Ok(ParsedFormat::Leaf(DataType::Decimal32(9, 2))));
+/// assert_eq!(parse_format("d:9,2,32")?, ParsedFormat::Leaf(DataType::Decimal32(9, 2)));
 /// assert_eq!(
-///     parse_format("tsu:UTC"),
-///     Ok(ParsedFormat::Leaf(DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))))
+///     parse_format("tsu:UTC")?,
+///     ParsedFormat::Leaf(DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())))
 /// );
-/// assert_eq!(parse_format("+w:3"), Ok(ParsedFormat::FixedSizeList(3)));
+/// assert_eq!(parse_format("+w:3")?, ParsedFormat::FixedSizeList(3));
 /// assert_eq!(
-///     parse_format("d:0,2").unwrap_err(),
-///     r#"format "d:0,2" has decimal precision 0, expected 1 to 38 for a 128-bit decimal"#
+///     parse_format("d:0,2").unwrap_err().to_string(),
+///     r#"array: format "d:0,2" has decimal precision 0, expected 1 to 38 for a 128-bit decimal"#
 /// );
+/// # Ok::<(), arrow_device::Error>(())
 /// ```
-pub fn parse_format(format: &str) -> Result<ParsedFormat, String> {
+pub fn parse_format(format: &str) -> crate::Result<ParsedFormat> {
+    parse(format).map_err(|message| Error::invalid(&Path::root(), message))
+}
+
+/// [`parse_format`] with the bare message, for the importer to place at a
+/// node's path.
+pub(crate) fn parse(format: &str) -> Result<ParsedFormat, String> {
     use ParsedFormat::Leaf;
     let parsed = match format {
         "n" => Leaf(DataType::Null),

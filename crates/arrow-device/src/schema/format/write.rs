@@ -17,9 +17,9 @@ use arrow_schema::{DataType, IntervalUnit, TimeUnit, UnionFields, UnionMode};
 /// format strings"). A dictionary's format is its index type's; the children
 /// of nested types are separate structs and not part of the string.
 ///
-/// The error names the type and why it has no C form, e.g.
-/// `FixedSizeBinary(-1) has no C format string: negative byte width -1,
-/// expected >= 0`.
+/// The error is [`Error::NotSupported`](crate::Error::NotSupported),
+/// naming the type and why it has no C form, e.g. `FixedSizeBinary(-1) has
+/// no C format string: negative byte width -1, expected >= 0`.
 ///
 /// ```
 /// use arrow_device::schema::{parse_format, write_format, ParsedFormat};
@@ -27,23 +27,26 @@ use arrow_schema::{DataType, IntervalUnit, TimeUnit, UnionFields, UnionMode};
 ///
 /// let timestamp = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
 /// assert_eq!(write_format(&timestamp).unwrap(), "tsn:UTC");
-/// assert_eq!(parse_format("tsn:UTC"), Ok(ParsedFormat::Leaf(timestamp)));
+/// assert_eq!(parse_format("tsn:UTC")?, ParsedFormat::Leaf(timestamp));
 /// assert_eq!(write_format(&DataType::Decimal128(38, 10)).unwrap(), "d:38,10");
 /// assert_eq!(write_format(&DataType::Decimal32(9, 2)).unwrap(), "d:9,2,32");
 /// assert_eq!(
-///     write_format(&DataType::Time32(TimeUnit::Nanosecond)).unwrap_err(),
-///     "Time32(ns) has no C format string: a 32-bit time is in seconds or milliseconds, \
-///      found unit Nanosecond"
+///     write_format(&DataType::Time32(TimeUnit::Nanosecond)).unwrap_err().to_string(),
+///     "not supported: Time32(ns) has no C format string: a 32-bit time is in seconds \
+///      or milliseconds, found unit Nanosecond"
 /// );
+/// # Ok::<(), arrow_device::Error>(())
 /// ```
-pub fn write_format(data_type: &DataType) -> Result<Cow<'static, str>, String> {
+pub fn write_format(data_type: &DataType) -> crate::Result<Cow<'static, str>> {
     match Format::of(data_type) {
         Ok(Format::Fixed(format)) => Ok(Cow::Borrowed(
             // Every fixed format below is an ASCII literal.
             format.to_str().unwrap_or_default(),
         )),
         Ok(format) => Ok(Cow::Owned(format.to_string())),
-        Err(reason) => Err(format!("{data_type} has no C format string: {reason}")),
+        Err(reason) => Err(crate::Error::NotSupported(format!(
+            "{data_type} has no C format string: {reason}"
+        ))),
     }
 }
 

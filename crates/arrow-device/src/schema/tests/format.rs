@@ -3,10 +3,11 @@
 use arrow_schema::UnionMode::{Dense, Sparse};
 use arrow_schema::{DataType, IntervalUnit, TimeUnit};
 
-use crate::schema::{parse_format, ParsedFormat};
+use crate::schema::format::parse;
+use crate::schema::ParsedFormat;
 
 fn leaf(format: &str) -> DataType {
-    match parse_format(format) {
+    match parse(format) {
         Ok(ParsedFormat::Leaf(data_type)) => data_type,
         other => panic!("{format}: {other:?}"),
     }
@@ -131,7 +132,7 @@ fn nested_formats_parse_with_their_child_counts() {
         ("i", ParsedFormat::Leaf(DataType::Int32), Some(0)),
     ];
     for (format, expected, children) in cases {
-        let parsed = parse_format(format).unwrap();
+        let parsed = parse(format).unwrap();
         assert_eq!(parsed, expected, "{format}");
         assert_eq!(parsed.expected_children(), children, "{format}");
     }
@@ -335,14 +336,14 @@ fn malformed_formats_name_the_defect() {
         ),
     ];
     for (format, expected) in cases {
-        assert_eq!(parse_format(format).unwrap_err(), expected, "{format:?}");
+        assert_eq!(parse(format).unwrap_err(), expected, "{format:?}");
     }
 }
 
 #[test]
 fn long_formats_are_shortened_in_messages() {
     let format = format!("q{}", "x".repeat(1000));
-    let message = parse_format(&format).unwrap_err();
+    let message = parse(&format).unwrap_err();
     assert!(message.len() < 150, "{message}");
     assert!(message.starts_with(r#"format "qxxx"#), "{message}");
     assert!(message.contains(r#""..."#), "{message}");
@@ -366,7 +367,7 @@ fn no_short_string_makes_the_parser_panic() {
             }
         }
         for s in &longer {
-            match parse_format(s) {
+            match parse(s) {
                 Ok(_) => accepted += 1,
                 Err(message) => assert!(message.starts_with("format "), "{s:?}: {message}"),
             }
