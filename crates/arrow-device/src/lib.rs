@@ -9,6 +9,8 @@
 //! * [`export_array`] / [`export_record_batch`] (zero-copy on the CPU) and
 //!   [`export_array_to`] / [`export_record_batch_to`] (copied onto a device,
 //!   with a real `sync_event`).
+//! * [`DeviceArray::from_array`] / [`DeviceArray::from_record_batch`]: the
+//!   safe way in for arrow-rs data this process holds (no C structs).
 //! * [`DeviceArray`]: an imported array tree that owns the foreign structs,
 //!   releases them exactly once, knows its device and every buffer's size,
 //!   and copies to the host ([`DeviceArray::to_host`]) or another device
@@ -62,6 +64,46 @@
 //!   use of those bytes does not break this consumer.
 //! * **A non-NULL `sync_event` on a CPU array** (whose event type is "N/A") is
 //!   rejected at import: it cannot be honoured.
+//!
+//! ## Names
+//!
+//! * **Export** (arrow-rs data or ours → C structs a consumer takes over):
+//!   free functions named `export_*` ([`export_array`],
+//!   [`stream::export_reader`], [`stream::export_async_record_batches`]),
+//!   or [`DeviceArray::export`] for an array already imported. A `_to`
+//!   suffix copies onto the device passed as `&DeviceRef`.
+//! * **Import** (C structs → ours): constructors. `unsafe fn try_new` takes
+//!   the structs by value, `try_from_raw` moves them out of pointers,
+//!   [`DeviceArray::try_from_ffi`] takes a plain C Data Interface array;
+//!   [`stream::DeviceStreamReader`] and [`stream::AsyncDeviceStream::new`]
+//!   follow the same words. The C-stream bridges are `TryFrom` impls.
+//!   The CUDA Array Interface and DLPack adapters keep their own
+//!   `import_*` / `export_*` functions in [`cai`] and [`dlpack`].
+//!
+//! Words, one per idea:
+//!
+//! | word | means |
+//! |---|---|
+//! | **release** | calling a C struct's `release` callback, exactly once per struct; a *moved* struct is marked released instead (spec: "Moving an array") |
+//! | **owner** | a value whose life is the memory's: the imported structs, an arrow-rs `ArrayData`, our device allocation ([`DeviceArray`] holds one; exported structs hold one per node) |
+//! | **sync event** | the producer's `sync_event`; **wait** on it either on the host or by making a work stream wait |
+//! | **host-accessible** | memory the host may read directly once its events have completed (CPU, `CUDA_HOST`, `CUDA_MANAGED`, `ROCM_HOST`: [`DeviceType::is_cpu_accessible`]) |
+//! | **array stream** | a sequence of arrays: the spec's device stream ([`ArrowDeviceArrayStream`]) and its async form, module [`stream`] |
+//! | **work stream** | a device's queue of copies and kernels ([`device::Stream`], a `CUstream`); the `stream` that DLPack and the CUDA Array Interface pass is the handle of one |
+//! | **device read** | reading a data-dependent size (an offset, a variadic size, a run end) out of an array's memory, through the device's copy API |
+//! | **level** | how much an import checks ([`ValidationLevel`], with the table of checks) |
+//!
+//! ## Where each rule lives
+//!
+//! | rule | the one place |
+//! |---|---|
+//! | release of what we imported | the [`DeviceArray`]'s storage holds the [`ArrowDeviceArray`] (and any moved-out structs) until its last handle, slice, child or arrow-rs buffer goes; [`ArrowDeviceArrayStream`]'s `Drop` for streams; every error path of an import drops the struct it moved in |
+//! | release of what we exported | one release callback per struct kind, in `array/export.rs` (arrays), `schema/writer` (schemas), `stream/export.rs` (array streams), `stream/async_export.rs` (async tasks), `dlpack/export.rs` (DLPack deleters) |
+//! | waiting on a sync event | `device::SyncEvent` (`device/sync_event.rs`): the only code that blocks the host on an event or makes a work stream wait, and that remembers a host wait for every later reader; reached through [`DeviceArray::synchronize`], [`DeviceArray::to_host`], [`DeviceArray::to_device`], the import and the DLPack and CUDA Array Interface exports |
+//! | device reads of sizes | one batched reader, `array/device_reads.rs`: the import's sizes and the string narrowing of [`DeviceArray::to_host`] |
+//! | memory that queued work writes | `array/owner.rs`: dropped only after the work, leaked if even the wait fails |
+//! | which checks a level makes | [`ValidationLevel`] |
+//! | handing an opaque array on | [`DeviceArray::export`] and DLPack, one rule (`DeviceArray::check_hand_on`) |
 //!
 //! [Apache Arrow C Device Data Interface]: https://arrow.apache.org/docs/format/CDeviceDataInterface.html
 #![deny(unsafe_op_in_unsafe_fn)]
