@@ -1,8 +1,8 @@
 //! The malformed-input suite: one defect per test, fed to the importer.
 //!
-//! Every struct here is written by hand by a small test-side producer
-//! (`malformed/producer.rs`) that counts how often the root array and the root
-//! schema are released. For every defect the suite asserts that
+//! Every struct here is written by hand by the test-side producer
+//! (`common/producer.rs`), whose roots count how often the root array and the
+//! root schema are released. For every defect the suite asserts that
 //!
 //! * [`DeviceArray::try_new`] (or `try_from_raw`) returns an error, never
 //!   panics or crashes, and, where the defect is in the structs, the error is
@@ -50,8 +50,6 @@ mod conversions;
 mod copies;
 #[path = "malformed/levels.rs"]
 mod levels;
-#[path = "malformed/producer.rs"]
-mod producer;
 #[path = "malformed/raw_pointers.rs"]
 mod raw_pointers;
 #[path = "malformed/schema.rs"]
@@ -61,7 +59,8 @@ mod structure;
 #[path = "malformed/values.rs"]
 mod values;
 
-use producer::{Built, Counters};
+use common::producer::{self, Built};
+use common::Counters;
 
 /// What one import did, with the release counts seen right after it returned.
 enum Outcome {
@@ -83,13 +82,18 @@ fn import(
         // SAFETY: the test producer's pointers are all valid allocations; only what they describe is malformed.
         unsafe { DeviceArray::try_new(array, schema, level) }
     }));
-    let releases = counters.get();
+    let released = releases(&counters);
     let outcome = match result {
         Ok(Ok(imported)) => Outcome::Imported(imported),
         Ok(Err(err)) => Outcome::Failed(err),
         Err(payload) => Outcome::Panicked(panic_message(payload)),
     };
-    (outcome, releases, counters)
+    (outcome, released, counters)
+}
+
+/// `(array releases, schema releases)`, to assert both at once.
+fn releases(counters: &Counters) -> (usize, usize) {
+    (counters.array_releases(), counters.schema_releases())
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -130,18 +134,18 @@ fn expect_invalid(built: Built, level: ValidationLevel, path: &str, keyword: &st
 /// structs were released exactly once when the call returned.
 #[track_caller]
 fn expect_err(built: Built, level: ValidationLevel) -> Error {
-    let (outcome, releases, counters) = import(built, level);
+    let (outcome, released, counters) = import(built, level);
     match outcome {
         Outcome::Failed(err) => {
             assert_eq!(
-                releases,
+                released,
                 (1, 1),
                 "(array, schema) releases when try_new returned {err}"
             );
             err
         }
         Outcome::Panicked(message) => {
-            panic!("try_new panicked instead of returning an error: {message:?}; (array, schema) releases: {releases:?}")
+            panic!("try_new panicked instead of returning an error: {message:?}; (array, schema) releases: {released:?}")
         }
         Outcome::Imported(imported) => {
             let description = format!("{imported:?}");
@@ -149,7 +153,7 @@ fn expect_err(built: Built, level: ValidationLevel) -> Error {
             panic!(
                 "try_new accepted the defect at level {level:?}: {description}; (array, schema) releases after \
                  dropping it: {:?}",
-                counters.get()
+                releases(&counters)
             )
         }
     }
@@ -159,11 +163,11 @@ fn expect_err(built: Built, level: ValidationLevel) -> Error {
 /// released by then, the array is released when the handle drops (checked).
 #[track_caller]
 fn expect_ok(built: Built, level: ValidationLevel) -> ImportedCase {
-    let (outcome, releases, counters) = import(built, level);
+    let (outcome, released, counters) = import(built, level);
     match outcome {
         Outcome::Imported(array) => {
             assert_eq!(
-                releases,
+                released,
                 (0, 1),
                 "(array, schema) releases while the import is alive"
             );
@@ -197,7 +201,7 @@ impl Drop for ImportedCase {
         drop(self.array.take());
         if !std::thread::panicking() {
             assert_eq!(
-                self.counters.get(),
+                releases(&self.counters),
                 (1, 1),
                 "(array, schema) releases after the import dropped"
             );

@@ -7,8 +7,8 @@
 //! which kill the whole process; those tests are `isolated_test!`s.
 
 use super::cases;
-use super::producer::*;
 use super::{expect_invalid, DEFAULT, FULL};
+use crate::common::producer::*;
 
 /// `struct<a: int32, b: utf8>` with field `b`'s format replaced.
 fn field_b_with_format(format: Option<&[u8]>) -> Case {
