@@ -42,6 +42,8 @@ macro_rules! isolated_test {
     };
 }
 
+#[path = "malformed/accepted.rs"]
+mod accepted;
 #[path = "malformed/cases.rs"]
 mod cases;
 #[path = "malformed/conversions.rs"]

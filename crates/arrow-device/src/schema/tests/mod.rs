@@ -159,17 +159,6 @@ impl Drop for Tree {
     }
 }
 
-fn encode_metadata(pairs: &[(&str, &str)]) -> Vec<u8> {
-    let mut out = (pairs.len() as i32).to_ne_bytes().to_vec();
-    for (key, value) in pairs {
-        out.extend((key.len() as i32).to_ne_bytes());
-        out.extend_from_slice(key.as_bytes());
-        out.extend((value.len() as i32).to_ne_bytes());
-        out.extend_from_slice(value.as_bytes());
-    }
-    out
-}
-
 /// A struct root holding one column `child`.
 fn column(tree: &mut Tree, child: Node) -> Node {
     tree.node("+s", "", &[child])
