@@ -7,13 +7,16 @@
 //! * [`DeviceArray::try_new`] (or `try_from_raw`) returns an error, never
 //!   panics or crashes, and, where the defect is in the structs, the error is
 //!   [`Error::Invalid`] with the path of the faulty node and a keyword of the
-//!   defect in its message;
+//!   defect in its message (the schema defects: the exact message);
 //! * the array and the schema handed over were each released exactly once by
 //!   the time the call returns.
 //!
 //! Each test starts from a valid case of `malformed/cases.rs` (every one of
 //! which imports at every level, checked below) and breaks one thing. Level
-//! tests (`levels.rs`) pin which level first catches a defect.
+//! tests (`levels.rs`) pin which level first catches a defect. Schema
+//! defects that need no array (a cycle through the root, a tree too large)
+//! import the schema alone with `import_field`, which must release nothing;
+//! odd but legal schemas are in `accepted.rs`.
 //!
 //! Defects that crash a naive importer (stack overflow on a cycle, wild reads
 //! from a negative count) run in a child process (`isolated_test!`), so that
@@ -56,12 +59,15 @@ mod levels;
 mod raw_pointers;
 #[path = "malformed/schema.rs"]
 mod schema;
+#[path = "malformed/schema_shapes.rs"]
+mod schema_shapes;
 #[path = "malformed/structure.rs"]
 mod structure;
 #[path = "malformed/values.rs"]
 mod values;
 
-use common::producer::{self, Built};
+use arrow_device::schema::import_field;
+use common::producer::{self, Built, BuiltSchema};
 use common::Counters;
 
 /// What one import did, with the release counts seen right after it returned.
@@ -112,9 +118,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[track_caller]
 fn expect_invalid(built: Built, level: ValidationLevel, path: &str, keyword: &str) -> Error {
     let err = expect_err(built, level);
-    if std::env::var_os("MALFORMED_SHOW").is_some() {
-        eprintln!("SHOW {err}");
-    }
+    show(&err);
     match &err {
         Error::Invalid {
             path: found_path,
@@ -130,6 +134,53 @@ fn expect_invalid(built: Built, level: ValidationLevel, path: &str, keyword: &st
         ),
     }
     err
+}
+
+/// Asserts the import fails with `Error::Invalid` reading exactly
+/// `expected` (path and message), and that both structs were released
+/// exactly once when the call returned.
+#[track_caller]
+fn expect_message(built: Built, level: ValidationLevel, expected: &str) {
+    let err = expect_err(built, level);
+    show(&err);
+    assert!(
+        matches!(err, Error::Invalid { .. }),
+        "expected Error::Invalid, got {err:?}"
+    );
+    assert_eq!(err.to_string(), expected);
+}
+
+/// The text of the `Error::Invalid` that importing the schema `built` alone
+/// with `import_field` returns, for defects no array is needed to show.
+/// `import_field` borrows the struct where it lies (a cycle through the root
+/// points to that address): asserts that it released nothing.
+#[track_caller]
+fn field_error(built: &BuiltSchema) -> String {
+    let before = releases(&built.counters);
+    let result = catch_unwind(AssertUnwindSafe(|| import_field(&built.schema)));
+    assert_eq!(
+        releases(&built.counters),
+        before,
+        "import_field borrows: it must not release"
+    );
+    match result {
+        Ok(Err(err @ Error::Invalid { .. })) => {
+            show(&err);
+            err.to_string()
+        }
+        Ok(other) => panic!("expected Error::Invalid, got {other:?}"),
+        Err(payload) => panic!(
+            "import_field panicked instead of returning an error: {:?}",
+            panic_message(payload)
+        ),
+    }
+}
+
+/// Prints `err` when `MALFORMED_SHOW` is set, for review of the messages.
+fn show(err: &Error) {
+    if std::env::var_os("MALFORMED_SHOW").is_some() {
+        eprintln!("SHOW {err}");
+    }
 }
 
 /// Asserts the import fails (any variant) without panicking, and that both

@@ -3,6 +3,9 @@
 //! None of these needs a data buffer to be read, so each is caught at
 //! `Minimal` (most of them at every level; see `levels.rs`).
 
+use arrow_device::schema::MAX_NESTING_DEPTH;
+use arrow_schema::DataType;
+
 use super::cases;
 use super::{expect_invalid, releases, DEFAULT, FULL, MINIMAL};
 use crate::common::producer::*;
@@ -279,17 +282,36 @@ fn a_released_schema_struct_is_rejected_and_not_released_again() {
 #[test]
 fn nesting_at_the_64_level_limit_is_accepted() {
     // 64 list levels around the int32 leaf: the leaf is at depth 64.
-    let imported = super::expect_ok(cases::nested_lists(64).build(), FULL);
+    let imported = super::expect_ok(cases::nested_lists(MAX_NESTING_DEPTH).build(), FULL);
     assert_eq!(imported.len(), 1);
+    let mut data_type = imported.data_type().clone();
+    let mut depth = 0;
+    while let DataType::List(item) = data_type {
+        data_type = item.data_type().clone();
+        depth += 1;
+    }
+    assert_eq!((depth, data_type), (MAX_NESTING_DEPTH, DataType::Int32));
 }
 
 #[test]
 fn nesting_deeper_than_64_levels_is_rejected() {
-    expect_invalid(
-        cases::nested_lists(70).build(),
+    // The schema walk stops at the first node past the limit, whose path
+    // has a link per level.
+    let err = expect_invalid(
+        cases::nested_lists(MAX_NESTING_DEPTH + 1).build(),
         FULL,
         "child 0",
         "deeper than 64",
+    );
+    let message = err.to_string();
+    assert!(
+        message.ends_with(": nesting is deeper than 64 levels"),
+        "{message}"
+    );
+    assert_eq!(
+        message.matches(" > ").count(),
+        MAX_NESTING_DEPTH,
+        "{message}"
     );
 }
 
