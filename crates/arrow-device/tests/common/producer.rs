@@ -23,14 +23,13 @@
 //! [`set_child_array_ptr`] and [`set_child_schema_ptr`]. The root frees what
 //! it allocated whatever the pointers say by then: it keeps its own list.
 //!
-//! ```ignore
-//! // struct<a: int32, b: utf8> whose field `b` was moved out (released).
-//! let mut case = cases::struct_ab();
-//! case.schema.children[1].released = true;
-//! let Built { array, schema, counters } = case.build();
-//! // ... hand both to the importer, then:
-//! assert_eq!(counters.array_releases(), 1);
-//! ```
+//! For example, `struct<a: int32, b: utf8>` whose field `b` a consumer moved
+//! out: `case.schema.children[1].released = true`, then `case.build()`; hand
+//! `array` and `schema` to the importer and assert on `counters`.
+//!
+//! Besides the integration tests (as `common::producer`), arrow-device-cli's
+//! unit tests compile this file and `release.rs` through `#[path]`, so both
+//! depend on nothing but `arrow_device`, std and each other.
 
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::{null, null_mut};

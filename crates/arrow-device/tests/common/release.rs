@@ -1,10 +1,13 @@
 //! Counting releases of root structs: the one [`Counters`] of the suites.
 //!
-//! The test producer (`producer.rs`) counts its own roots' releases in it;
-//! for structs of another producer, [`counting`] swaps the release callback and private data of a root
-//! `ArrowArray` and `ArrowSchema` for a wrapper that restores the producer's
-//! pair, forwards the call and counts it, so tests can assert that each
-//! struct is released exactly once, and not before its data is unused.
+//! The test producer (`producer.rs`) counts its own roots' releases in it.
+//! For structs of another producer, [`counting`] swaps the release callback
+//! and private data of a root `ArrowArray` and `ArrowSchema` for a wrapper
+//! that restores the producer's pair, forwards the call and counts it, so
+//! tests can assert that each struct is released exactly once, and not
+//! before its data is unused.
+//!
+//! arrow-device-cli's unit tests compile this file too (see `producer.rs`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
