@@ -100,12 +100,25 @@ pub fn pass_through(
     Ok((array_out, schema_out, counts))
 }
 
+// The one hand-written producer of malformed trees of the Rust suites, and
+// its release counters, from arrow-device's integration tests.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../arrow-device/tests/common/producer.rs"]
+mod producer;
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../arrow-device/tests/common/release.rs"]
+mod release;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
 
     use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+
+    use super::producer::{bitmap, i32s, ArrayNode, Built, Case, SchemaNode};
 
     fn batch() -> RecordBatch {
         RecordBatch::try_from_iter([
@@ -153,13 +166,20 @@ mod tests {
 
     #[test]
     fn a_buffer_count_that_contradicts_the_format_names_the_field() {
-        let (array, schema) = arrow_device::export_record_batch(&batch()).unwrap();
-        let root = raw::array(&array.array);
-        // SAFETY: the exported root has two valid children.
-        let child = unsafe { &mut **root.children.add(1) };
-        child.n_buffers = 2;
-        let mut array_in = array;
-        let mut schema_in = schema;
+        // struct<i: int32, s: utf8> whose utf8 child has no data buffer.
+        let case = Case::new(
+            ArrayNode::new(3, 0, vec![None]).with_children(vec![
+                ArrayNode::new(3, 1, vec![bitmap(&[true, false, true]), i32s(&[1, 0, 3])]),
+                ArrayNode::new(3, 0, vec![None, i32s(&[0, 1, 3, 6])]),
+            ]),
+            SchemaNode::new("+s", "")
+                .with_children(vec![SchemaNode::new("i", "i"), SchemaNode::new("u", "s")]),
+        );
+        let Built {
+            array: mut array_in,
+            schema: mut schema_in,
+            counters,
+        } = case.build();
         let mut out = ArrowDeviceArray::empty();
         let mut schema_out = FFI_ArrowSchema::empty();
         let mut err = [0 as c_char; 256];
@@ -175,8 +195,6 @@ mod tests {
                 err.len(),
             )
         };
-        // Restore the count so the producer's release sees its own struct.
-        child.n_buffers = 3;
         assert_eq!(rc, libc_einval());
         // SAFETY: NUL-terminated by the C code.
         let message = unsafe { CStr::from_ptr(err.as_ptr()) }
@@ -191,6 +209,17 @@ mod tests {
             "a rejected array must not be moved"
         );
         assert!(out.is_released());
+        assert_eq!(
+            (counters.array_releases(), counters.schema_releases()),
+            (0, 0),
+            "the C consumer released nothing it rejected"
+        );
+        drop((array_in, schema_in));
+        assert_eq!(
+            (counters.array_releases(), counters.schema_releases()),
+            (1, 1),
+            "the owner released both roots, once"
+        );
     }
 
     fn libc_einval() -> c_int {

@@ -1,19 +1,22 @@
 //! The malformed-input suite: one defect per test, fed to the importer.
 //!
-//! Every struct here is written by hand by a small test-side producer
-//! (`malformed/producer.rs`) that counts how often the root array and the root
-//! schema are released. For every defect the suite asserts that
+//! Every struct here is written by hand by the test-side producer
+//! (`common/producer.rs`), whose roots count how often the root array and the
+//! root schema are released. For every defect the suite asserts that
 //!
 //! * [`DeviceArray::try_new`] (or `try_from_raw`) returns an error, never
 //!   panics or crashes, and, where the defect is in the structs, the error is
 //!   [`Error::Invalid`] with the path of the faulty node and a keyword of the
-//!   defect in its message;
+//!   defect in its message (the schema defects: the exact message);
 //! * the array and the schema handed over were each released exactly once by
 //!   the time the call returns.
 //!
 //! Each test starts from a valid case of `malformed/cases.rs` (every one of
 //! which imports at every level, checked below) and breaks one thing. Level
-//! tests (`levels.rs`) pin which level first catches a defect.
+//! tests (`levels.rs`) pin which level first catches a defect. Schema
+//! defects that need no array (a cycle through the root, a tree too large)
+//! import the schema alone with `import_field`, which must release nothing;
+//! odd but legal schemas are in `accepted.rs`.
 //!
 //! Defects that crash a naive importer (stack overflow on a cycle, wild reads
 //! from a negative count) run in a child process (`isolated_test!`), so that
@@ -42,6 +45,8 @@ macro_rules! isolated_test {
     };
 }
 
+#[path = "malformed/accepted.rs"]
+mod accepted;
 #[path = "malformed/cases.rs"]
 mod cases;
 #[path = "malformed/conversions.rs"]
@@ -50,18 +55,20 @@ mod conversions;
 mod copies;
 #[path = "malformed/levels.rs"]
 mod levels;
-#[path = "malformed/producer.rs"]
-mod producer;
 #[path = "malformed/raw_pointers.rs"]
 mod raw_pointers;
 #[path = "malformed/schema.rs"]
 mod schema;
+#[path = "malformed/schema_shapes.rs"]
+mod schema_shapes;
 #[path = "malformed/structure.rs"]
 mod structure;
 #[path = "malformed/values.rs"]
 mod values;
 
-use producer::{Built, Counters};
+use arrow_device::schema::import_field;
+use common::producer::{self, Built, BuiltSchema};
+use common::Counters;
 
 /// What one import did, with the release counts seen right after it returned.
 enum Outcome {
@@ -83,13 +90,18 @@ fn import(
         // SAFETY: the test producer's pointers are all valid allocations; only what they describe is malformed.
         unsafe { DeviceArray::try_new(array, schema, level) }
     }));
-    let releases = counters.get();
+    let released = releases(&counters);
     let outcome = match result {
         Ok(Ok(imported)) => Outcome::Imported(imported),
         Ok(Err(err)) => Outcome::Failed(err),
         Err(payload) => Outcome::Panicked(panic_message(payload)),
     };
-    (outcome, releases, counters)
+    (outcome, released, counters)
+}
+
+/// `(array releases, schema releases)`, to assert both at once.
+fn releases(counters: &Counters) -> (usize, usize) {
+    (counters.array_releases(), counters.schema_releases())
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -106,9 +118,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[track_caller]
 fn expect_invalid(built: Built, level: ValidationLevel, path: &str, keyword: &str) -> Error {
     let err = expect_err(built, level);
-    if std::env::var_os("MALFORMED_SHOW").is_some() {
-        eprintln!("SHOW {err}");
-    }
+    show(&err);
     match &err {
         Error::Invalid {
             path: found_path,
@@ -126,22 +136,69 @@ fn expect_invalid(built: Built, level: ValidationLevel, path: &str, keyword: &st
     err
 }
 
+/// Asserts the import fails with `Error::Invalid` reading exactly
+/// `expected` (path and message), and that both structs were released
+/// exactly once when the call returned.
+#[track_caller]
+fn expect_message(built: Built, level: ValidationLevel, expected: &str) {
+    let err = expect_err(built, level);
+    show(&err);
+    assert!(
+        matches!(err, Error::Invalid { .. }),
+        "expected Error::Invalid, got {err:?}"
+    );
+    assert_eq!(err.to_string(), expected);
+}
+
+/// The text of the `Error::Invalid` that importing the schema `built` alone
+/// with `import_field` returns, for defects no array is needed to show.
+/// `import_field` borrows the struct where it lies (a cycle through the root
+/// points to that address): asserts that it released nothing.
+#[track_caller]
+fn field_error(built: &BuiltSchema) -> String {
+    let before = releases(&built.counters);
+    let result = catch_unwind(AssertUnwindSafe(|| import_field(&built.schema)));
+    assert_eq!(
+        releases(&built.counters),
+        before,
+        "import_field borrows: it must not release"
+    );
+    match result {
+        Ok(Err(err @ Error::Invalid { .. })) => {
+            show(&err);
+            err.to_string()
+        }
+        Ok(other) => panic!("expected Error::Invalid, got {other:?}"),
+        Err(payload) => panic!(
+            "import_field panicked instead of returning an error: {:?}",
+            panic_message(payload)
+        ),
+    }
+}
+
+/// Prints `err` when `MALFORMED_SHOW` is set, for review of the messages.
+fn show(err: &Error) {
+    if std::env::var_os("MALFORMED_SHOW").is_some() {
+        eprintln!("SHOW {err}");
+    }
+}
+
 /// Asserts the import fails (any variant) without panicking, and that both
 /// structs were released exactly once when the call returned.
 #[track_caller]
 fn expect_err(built: Built, level: ValidationLevel) -> Error {
-    let (outcome, releases, counters) = import(built, level);
+    let (outcome, released, counters) = import(built, level);
     match outcome {
         Outcome::Failed(err) => {
             assert_eq!(
-                releases,
+                released,
                 (1, 1),
                 "(array, schema) releases when try_new returned {err}"
             );
             err
         }
         Outcome::Panicked(message) => {
-            panic!("try_new panicked instead of returning an error: {message:?}; (array, schema) releases: {releases:?}")
+            panic!("try_new panicked instead of returning an error: {message:?}; (array, schema) releases: {released:?}")
         }
         Outcome::Imported(imported) => {
             let description = format!("{imported:?}");
@@ -149,7 +206,7 @@ fn expect_err(built: Built, level: ValidationLevel) -> Error {
             panic!(
                 "try_new accepted the defect at level {level:?}: {description}; (array, schema) releases after \
                  dropping it: {:?}",
-                counters.get()
+                releases(&counters)
             )
         }
     }
@@ -159,11 +216,11 @@ fn expect_err(built: Built, level: ValidationLevel) -> Error {
 /// released by then, the array is released when the handle drops (checked).
 #[track_caller]
 fn expect_ok(built: Built, level: ValidationLevel) -> ImportedCase {
-    let (outcome, releases, counters) = import(built, level);
+    let (outcome, released, counters) = import(built, level);
     match outcome {
         Outcome::Imported(array) => {
             assert_eq!(
-                releases,
+                released,
                 (0, 1),
                 "(array, schema) releases while the import is alive"
             );
@@ -197,7 +254,7 @@ impl Drop for ImportedCase {
         drop(self.array.take());
         if !std::thread::panicking() {
             assert_eq!(
-                self.counters.get(),
+                releases(&self.counters),
                 (1, 1),
                 "(array, schema) releases after the import dropped"
             );

@@ -48,15 +48,6 @@ pub fn import_field(schema: &FFI_ArrowSchema) -> Result<Field> {
     Walk::new(MAX_SCHEMA_NODES).node(raw::schema(schema), &Path::root())
 }
 
-/// [`import_field`] with a smaller node budget, to test the budget cheaply.
-#[cfg(test)]
-pub(super) fn import_field_with_node_limit(
-    schema: &FFI_ArrowSchema,
-    max_nodes: usize,
-) -> Result<Field> {
-    Walk::new(max_nodes).node(raw::schema(schema), &Path::root())
-}
-
 /// Imports the schema of a record batch: a struct (`+s`) whose children are
 /// the columns and whose metadata is the schema's metadata. The root's name
 /// and flags are ignored.

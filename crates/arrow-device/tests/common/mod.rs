@@ -1,7 +1,9 @@
 //! Shared fixtures for the integration tests: one non-trivial array of every
 //! type arrow-rs supports ([`all_types`]), a record batch with metadata and an
-//! extension type ([`batch_with_metadata`]), a release counter ([`counting`])
-//! that proves each exported struct is released exactly once, the emulated
+//! extension type ([`batch_with_metadata`]), release counters ([`Counters`],
+//! and [`counting`] for structs of another producer) that prove each root
+//! struct is released exactly once, a hand-written producer of malformed
+//! trees ([`producer`]) whose roots count their releases, the emulated
 //! device in strict, delayed mode ([`emulated`]), device arrays made from
 //! arrow-rs data ([`device_array`], [`counted_device_array`]) and assertions
 //! that name the failing case or the error expected
@@ -15,6 +17,7 @@ pub mod async_harness;
 mod counting_device;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod producer;
 mod release;
 mod types;
 

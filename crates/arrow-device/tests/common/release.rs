@@ -1,9 +1,13 @@
-//! Counting releases of exported structs.
+//! Counting releases of root structs: the one [`Counters`] of the suites.
 //!
-//! [`counting`] swaps the release callback and private data of a root
-//! `ArrowArray` and `ArrowSchema` for a wrapper that restores the producer's
-//! pair, forwards the call and counts it, so tests can assert that each
-//! struct is released exactly once, and not before its data is unused.
+//! The test producer (`producer.rs`) counts its own roots' releases in it.
+//! For structs of another producer, [`counting`] swaps the release callback
+//! and private data of a root `ArrowArray` and `ArrowSchema` for a wrapper
+//! that restores the producer's pair, forwards the call and counts it, so
+//! tests can assert that each struct is released exactly once, and not
+//! before its data is unused.
+//!
+//! arrow-device-cli's unit tests compile this file too (see `producer.rs`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +15,8 @@ use std::sync::Arc;
 
 use arrow_device::abi::{raw, ArrowDeviceArray, FFI_ArrowSchema};
 
-/// How often the root structs of an exported pair were released.
+/// How often the root structs of a pair (an `ArrowArray`, or the one inside
+/// an `ArrowDeviceArray`, and an `ArrowSchema`) were released.
 #[derive(Debug, Default)]
 pub struct Counters {
     array: AtomicUsize,
@@ -27,6 +32,16 @@ impl Counters {
     /// Releases of the root `ArrowSchema`.
     pub fn schema_releases(&self) -> usize {
         self.schema.load(Ordering::SeqCst)
+    }
+
+    /// Counts one release of the root array; for release callbacks.
+    pub(super) fn count_array_release(&self) {
+        self.array.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts one release of the root schema; for release callbacks.
+    pub(super) fn count_schema_release(&self) {
+        self.schema.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -83,7 +98,7 @@ unsafe extern "C" fn release_counted_array(array: *mut raw::ArrowArray) {
         // SAFETY: the producer's callback on its own struct, as exported.
         unsafe { release(array) };
     }
-    forward.counters.array.fetch_add(1, Ordering::SeqCst);
+    forward.counters.count_array_release();
 }
 
 unsafe extern "C" fn release_counted_schema(schema: *mut raw::ArrowSchema) {
@@ -97,5 +112,5 @@ unsafe extern "C" fn release_counted_schema(schema: *mut raw::ArrowSchema) {
         // SAFETY: the producer's callback on its own struct, as exported.
         unsafe { release(schema) };
     }
-    forward.counters.schema.fetch_add(1, Ordering::SeqCst);
+    forward.counters.count_schema_release();
 }

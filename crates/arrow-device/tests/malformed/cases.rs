@@ -4,7 +4,7 @@
 //! imports at every level and matches arrow-rs' own full validation, so a
 //! defect test fails only because of its one defect.
 
-use super::producer::*;
+use crate::common::producer::*;
 
 /// `int32`, 3 slots, slot 1 null: validity `0b101`, values `[1, 0, 3]`.
 pub fn int32() -> Case {

@@ -12,8 +12,8 @@ use arrow_device::{DeviceArray, Error};
 use arrow_schema::{DataType, Field};
 
 use super::cases;
-use super::producer::*;
 use super::{expect_ok, DEFAULT, MINIMAL, NONE};
+use crate::common::producer::*;
 
 /// Every type `to_representation` may be asked for, for `data_type`'s data.
 fn representations(data_type: &DataType) -> Vec<DataType> {

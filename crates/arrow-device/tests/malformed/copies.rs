@@ -9,8 +9,8 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BinaryArray, LargeStringArray, StringArray};
 use arrow_device::{export_array_to, DeviceArray, ValidationLevel};
 
-use super::producer::*;
 use super::{expect_ok, FULL};
+use crate::common::producer::*;
 use crate::common::{assert_same, emulated};
 
 /// Above the size from which a copy to the host narrows a string data

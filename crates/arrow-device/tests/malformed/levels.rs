@@ -4,8 +4,8 @@
 //! Whatever a level accepts, the structs are still released exactly once.
 
 use super::cases;
-use super::producer::*;
 use super::{expect_err, expect_ok, LEVELS};
+use crate::common::producer::*;
 
 /// Imports `case` at each level and asserts it is accepted at exactly the
 /// levels below `first_rejecting` (all of them when `None`).

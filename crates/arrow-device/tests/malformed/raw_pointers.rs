@@ -4,12 +4,11 @@
 
 use std::ptr::null_mut;
 
-use arrow_device::abi::FFI_ArrowSchema;
 use arrow_device::{DeviceArray, Error};
 
 use super::cases;
-use super::producer::*;
-use super::{expect_err, DEFAULT, FULL};
+use super::{expect_err, releases, DEFAULT, FULL};
+use crate::common::producer::*;
 
 #[track_caller]
 fn assert_invalid_root(err: &Error, keyword: &str) {
@@ -33,7 +32,7 @@ fn a_null_device_array_pointer_is_rejected_and_the_schema_released() {
     let result = unsafe { DeviceArray::try_from_raw(null_mut(), &mut schema, FULL) };
     assert_invalid_root(&result.expect_err("NULL array pointer"), "NULL");
     assert_eq!(
-        counters.get(),
+        releases(&counters),
         (0, 1),
         "the schema was moved out and released"
     );
@@ -42,7 +41,7 @@ fn a_null_device_array_pointer_is_rejected_and_the_schema_released() {
         "the source schema is left released"
     );
     drop(array);
-    assert_eq!(counters.get(), (1, 1));
+    assert_eq!(releases(&counters), (1, 1));
 }
 
 #[test]
@@ -56,13 +55,13 @@ fn a_null_schema_pointer_is_rejected_and_the_array_released() {
     let result = unsafe { DeviceArray::try_from_raw(&mut array, null_mut(), FULL) };
     assert_invalid_root(&result.expect_err("NULL schema pointer"), "NULL");
     assert_eq!(
-        counters.get(),
+        releases(&counters),
         (1, 0),
         "the array was moved out and released"
     );
     assert!(array.is_released(), "the source array is left released");
     drop(schema);
-    assert_eq!(counters.get(), (1, 1));
+    assert_eq!(releases(&counters), (1, 1));
 }
 
 #[test]
@@ -88,28 +87,29 @@ fn a_defect_behind_valid_pointers_releases_the_moved_structs_once() {
         matches!(&err, Error::Invalid { path, .. } if path == "field \"a\""),
         "{err}"
     );
-    assert_eq!(counters.get(), (1, 1));
+    assert_eq!(releases(&counters), (1, 1));
     assert!(
         array.is_released() && schema.release().is_none(),
         "sources are left released"
     );
     // Dropping the released sources must not release anything again.
     drop((array, schema));
-    assert_eq!(counters.get(), (1, 1));
+    assert_eq!(releases(&counters), (1, 1));
 }
 
 #[test]
 fn a_released_struct_behind_a_valid_pointer_is_rejected() {
+    let mut case = cases::int32();
+    case.schema.released = true;
     let Built {
         mut array,
         mut schema,
         counters,
-    } = cases::int32().build();
-    drop(std::mem::replace(&mut schema, FFI_ArrowSchema::empty()));
+    } = case.build();
     // SAFETY: both pointers are valid, initialized structs (one released).
     let result = unsafe { DeviceArray::try_from_raw(&mut array, &mut schema, FULL) };
     assert_invalid_root(&result.expect_err("released schema"), "released");
-    assert_eq!(counters.get(), (1, 1));
+    assert_eq!(releases(&counters), (1, 1));
 }
 
 #[test]
@@ -123,9 +123,9 @@ fn valid_structs_behind_valid_pointers_are_moved_out() {
     let imported =
         unsafe { DeviceArray::try_from_raw(&mut array, &mut schema, FULL) }.expect("valid map");
     assert!(array.is_released() && schema.release().is_none());
-    assert_eq!(counters.get(), (0, 1));
+    assert_eq!(releases(&counters), (0, 1));
     drop(imported);
-    assert_eq!(counters.get(), (1, 1));
+    assert_eq!(releases(&counters), (1, 1));
 }
 
 /// A CPU array carrying a sync_event: the CPU has no event type (spec:

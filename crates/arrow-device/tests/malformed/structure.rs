@@ -3,9 +3,12 @@
 //! None of these needs a data buffer to be read, so each is caught at
 //! `Minimal` (most of them at every level; see `levels.rs`).
 
+use arrow_device::schema::MAX_NESTING_DEPTH;
+use arrow_schema::DataType;
+
 use super::cases;
-use super::producer::*;
-use super::{expect_invalid, DEFAULT, FULL, MINIMAL};
+use super::{expect_invalid, releases, DEFAULT, FULL, MINIMAL};
+use crate::common::producer::*;
 
 // ------------------------------------------------------------ buffers
 
@@ -254,14 +257,12 @@ fn a_defect_inside_the_dictionary_is_named_by_the_dictionary_path() {
 
 #[test]
 fn a_released_array_struct_is_rejected_and_not_released_again() {
-    let mut built = cases::int32().build();
-    drop(std::mem::replace(
-        &mut built.array.array,
-        arrow_device::abi::FFI_ArrowArray::empty(),
-    ));
+    let mut case = cases::int32();
     // The struct handed in is a released one (release NULL), as the
     // producer's release callback leaves it.
-    assert_eq!(built.counters.get(), (1, 0));
+    case.array.released = true;
+    let built = case.build();
+    assert_eq!(releases(&built.counters), (1, 0));
     // The importer must not call the (NULL) release again; the counts stay
     // at one release each once it has released the schema.
     expect_invalid(built, FULL, "array", "released");
@@ -269,12 +270,10 @@ fn a_released_array_struct_is_rejected_and_not_released_again() {
 
 #[test]
 fn a_released_schema_struct_is_rejected_and_not_released_again() {
-    let mut built = cases::int32().build();
-    drop(std::mem::replace(
-        &mut built.schema,
-        arrow_device::abi::FFI_ArrowSchema::empty(),
-    ));
-    assert_eq!(built.counters.get(), (0, 1));
+    let mut case = cases::int32();
+    case.schema.released = true;
+    let built = case.build();
+    assert_eq!(releases(&built.counters), (0, 1));
     expect_invalid(built, FULL, "array", "released");
 }
 
@@ -283,17 +282,36 @@ fn a_released_schema_struct_is_rejected_and_not_released_again() {
 #[test]
 fn nesting_at_the_64_level_limit_is_accepted() {
     // 64 list levels around the int32 leaf: the leaf is at depth 64.
-    let imported = super::expect_ok(cases::nested_lists(64).build(), FULL);
+    let imported = super::expect_ok(cases::nested_lists(MAX_NESTING_DEPTH).build(), FULL);
     assert_eq!(imported.len(), 1);
+    let mut data_type = imported.data_type().clone();
+    let mut depth = 0;
+    while let DataType::List(item) = data_type {
+        data_type = item.data_type().clone();
+        depth += 1;
+    }
+    assert_eq!((depth, data_type), (MAX_NESTING_DEPTH, DataType::Int32));
 }
 
 #[test]
 fn nesting_deeper_than_64_levels_is_rejected() {
-    expect_invalid(
-        cases::nested_lists(70).build(),
+    // The schema walk stops at the first node past the limit, whose path
+    // has a link per level.
+    let err = expect_invalid(
+        cases::nested_lists(MAX_NESTING_DEPTH + 1).build(),
         FULL,
         "child 0",
         "deeper than 64",
+    );
+    let message = err.to_string();
+    assert!(
+        message.ends_with(": nesting is deeper than 64 levels"),
+        "{message}"
+    );
+    assert_eq!(
+        message.matches(" > ").count(),
+        MAX_NESTING_DEPTH,
+        "{message}"
     );
 }
 
@@ -314,7 +332,7 @@ fn an_array_child_that_points_to_its_parent_is_an_error_not_a_stack_overflow() {
 fn a_dictionary_that_points_to_its_own_node_is_an_error() {
     // struct<a: dictionary<int8, utf8>> whose `a` is its own dictionary.
     let mut a = cases::dictionary().schema;
-    a.name = Some("a".into());
+    a.name = Some(b"a".to_vec());
     let case = Case::new(
         ArrayNode::new(3, 0, vec![None]).with_children(vec![cases::dictionary().array]),
         SchemaNode::new("+s", "st").with_children(vec![a]),

@@ -4,8 +4,8 @@
 //! on; the rest need every value and are caught at `Full` (see `levels.rs`).
 
 use super::cases;
-use super::producer::*;
 use super::{expect_invalid, DEFAULT, FULL, MINIMAL};
+use crate::common::producer::*;
 
 // ------------------------------------------------------------ offsets
 

@@ -1,42 +1,43 @@
 //! A hand-written producer of `ArrowArray` / `ArrowSchema` trees, as a C
-//! library would write them, so that any field can be set to any value.
+//! library would write them, so that any member can hold any value: the one
+//! builder of malformed (and oddly well-formed) trees for the test suites.
 //!
-//! A tree is described declaratively ([`ArrayNode`], [`SchemaNode`]) and
-//! built into the C structs by [`Case::build`]. Everything a tree points to
-//! (buffer bytes, buffer-pointer arrays, child-pointer arrays, child structs,
-//! strings) is owned by one boxed `private_data` of the root. The root's
-//! release callback releases the children it still owns (spec: "Release
-//! callback semantics -- for producers"), frees everything and counts the
-//! call in a shared [`Counters`], so a test can assert that each root was
-//! released exactly once, and valgrind / ASan see no leak.
+//! A tree is described declaratively ([`ArrayNode`], [`SchemaNode`]):
+//! lengths, offsets and null counts; buffer bytes or NULL buffers; formats,
+//! names and metadata as raw bytes (any bytes, or NULL); flags; children and
+//! dictionaries; nodes handed over already released. [`Case::build`] writes
+//! both trees as the C structs, [`SchemaNode::build`] a schema alone.
 //!
-//! Defects that cannot be described declaratively (NULL pointer arrays,
-//! released children, cycles) are written into the built structs through
-//! [`root_array`], [`child_array`] and friends.
+//! Everything a tree points to (buffer bytes, buffer-pointer arrays,
+//! child-pointer arrays, child structs, strings, metadata) is owned by one
+//! boxed `private_data` of the root. The root's release callback releases
+//! the children still live (spec: "Release callback semantics -- for
+//! producers"), frees exactly what was allocated and counts the call in a
+//! shared [`Counters`], so a test can assert that each root was released
+//! exactly once, and valgrind / ASan see no leak.
+//!
+//! Defects that lie about what was allocated (counts that disagree with the
+//! pointer arrays, NULL pointer arrays, NULL or shared child pointers,
+//! cycles) are written into the built structs through [`root_array`],
+//! [`root_schema`], [`child_array`], [`child_schema`],
+//! [`set_child_array_ptr`] and [`set_child_schema_ptr`]. The root frees what
+//! it allocated whatever the pointers say by then: it keeps its own list.
+//!
+//! For example, `struct<a: int32, b: utf8>` whose field `b` a consumer moved
+//! out: `case.schema.children[1].released = true`, then `case.build()`; hand
+//! `array` and `schema` to the importer and assert on `counters`.
+//!
+//! Besides the integration tests (as `common::producer`), arrow-device-cli's
+//! unit tests compile this file and `release.rs` through `#[path]`, so both
+//! depend on nothing but `arrow_device`, std and each other.
 
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::{null, null_mut};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow_device::abi::{raw, ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
 
-/// How many times the root array and root schema were released.
-#[derive(Debug, Default)]
-pub struct Counters {
-    array: AtomicUsize,
-    schema: AtomicUsize,
-}
-
-impl Counters {
-    /// `(array releases, schema releases)`.
-    pub fn get(&self) -> (usize, usize) {
-        (
-            self.array.load(Ordering::SeqCst),
-            self.schema.load(Ordering::SeqCst),
-        )
-    }
-}
+use super::release::Counters;
 
 /// One node of an array tree.
 #[derive(Debug, Clone)]
@@ -48,6 +49,10 @@ pub struct ArrayNode {
     pub buffers: Vec<Option<Vec<u8>>>,
     pub children: Vec<ArrayNode>,
     pub dictionary: Option<Box<ArrayNode>>,
+    /// Handed over released (`release` NULL), as a consumer leaves a child
+    /// it moved out. A released root is built, then released by its own
+    /// callback, which counts that release.
+    pub released: bool,
 }
 
 impl ArrayNode {
@@ -59,6 +64,7 @@ impl ArrayNode {
             buffers,
             children: Vec::new(),
             dictionary: None,
+            released: false,
         }
     }
 
@@ -78,10 +84,16 @@ impl ArrayNode {
 pub struct SchemaNode {
     /// Without the NUL; `None` is a NULL format pointer.
     pub format: Option<Vec<u8>>,
-    pub name: Option<String>,
+    /// Without the NUL; `None` is a NULL name pointer.
+    pub name: Option<Vec<u8>>,
+    /// The encoded key/value pairs (see [`metadata_blob`]), any bytes;
+    /// `None` is NULL.
+    pub metadata: Option<Vec<u8>>,
     pub flags: i64,
     pub children: Vec<SchemaNode>,
     pub dictionary: Option<Box<SchemaNode>>,
+    /// As for [`ArrayNode::released`].
+    pub released: bool,
 }
 
 /// `ARROW_FLAG_NULLABLE`.
@@ -92,15 +104,26 @@ impl SchemaNode {
     pub fn new(format: &str, name: &str) -> Self {
         SchemaNode {
             format: Some(format.as_bytes().to_vec()),
-            name: Some(name.to_string()),
+            name: Some(name.as_bytes().to_vec()),
+            metadata: None,
             flags: NULLABLE,
             children: Vec::new(),
             dictionary: None,
+            released: false,
         }
     }
 
-    pub fn non_nullable(mut self) -> Self {
-        self.flags &= !NULLABLE;
+    pub fn non_nullable(self) -> Self {
+        self.with_flags(0)
+    }
+
+    pub fn with_flags(mut self, flags: i64) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    pub fn with_metadata(mut self, metadata: Vec<u8>) -> Self {
+        self.metadata = Some(metadata);
         self
     }
 
@@ -112,6 +135,21 @@ impl SchemaNode {
     pub fn with_dictionary(mut self, dictionary: SchemaNode) -> Self {
         self.dictionary = Some(Box::new(dictionary));
         self
+    }
+
+    /// Handed over released (see [`ArrayNode::released`]).
+    pub fn released(mut self) -> Self {
+        self.released = true;
+        self
+    }
+
+    /// Builds the C structs of this schema alone.
+    pub fn build(&self) -> BuiltSchema {
+        let counters = Arc::new(Counters::default());
+        BuiltSchema {
+            schema: build_schema(self, counters.clone()),
+            counters,
+        }
     }
 }
 
@@ -125,6 +163,12 @@ pub struct Case {
 /// The built structs, ready to be handed to the importer, and their counters.
 pub struct Built {
     pub array: ArrowDeviceArray,
+    pub schema: FFI_ArrowSchema,
+    pub counters: Arc<Counters>,
+}
+
+/// A built schema alone, and its counters (whose array count stays 0).
+pub struct BuiltSchema {
     pub schema: FFI_ArrowSchema,
     pub counters: Arc<Counters>,
 }
@@ -145,7 +189,7 @@ impl Case {
     }
 }
 
-// ---------------------------------------------------------------- buffers
+// ---------------------------------------------------------------- bytes
 
 /// Little-endian bytes of fixed-width values.
 pub fn i8s(values: &[i8]) -> Option<Vec<u8>> {
@@ -190,6 +234,20 @@ pub fn view(data: &[u8], buffer_index: i32, offset: i32) -> [u8; 16] {
     v
 }
 
+/// `ArrowSchema.metadata` for `pairs`, encoded as the spec says: an int32
+/// count, then each key and value as an int32 length and its bytes, all in
+/// native byte order.
+pub fn metadata_blob(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = (pairs.len() as i32).to_ne_bytes().to_vec();
+    for (key, value) in pairs {
+        out.extend((key.len() as i32).to_ne_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend((value.len() as i32).to_ne_bytes());
+        out.extend_from_slice(value.as_bytes());
+    }
+    out
+}
+
 // ---------------------------------------------------------------- arrays
 
 /// Everything an array tree points to, owned by the root.
@@ -223,8 +281,13 @@ fn build_array(node: &ArrayNode, counters: Arc<Counters>) -> ArrowDeviceArray {
     let mut root = array_struct(node, &mut private);
     root.release = Some(release_array);
     root.private_data = Box::into_raw(private).cast();
+    if node.released {
+        // SAFETY: the root just built, released once by its own callback.
+        unsafe { release_array(&mut root) };
+    }
     let mut array = FFI_ArrowArray::empty();
-    // SAFETY: `release_array` frees exactly the private data written here.
+    // SAFETY: `release_array` frees exactly the private data written here
+    // (or the struct is released already).
     *unsafe { raw::array_mut(&mut array) } = root;
     ArrowDeviceArray {
         array,
@@ -294,7 +357,9 @@ fn array_struct(node: &ArrayNode, owner: &mut ArrayPrivate) -> raw::ArrowArray {
 
 fn owned_array_node(node: &ArrayNode, owner: &mut ArrayPrivate) -> *mut raw::ArrowArray {
     let mut child = array_struct(node, owner);
-    child.release = Some(release_array_child);
+    if !node.released {
+        child.release = Some(release_array_child);
+    }
     let ptr = Box::into_raw(Box::new(child));
     owner.nodes.push(ptr);
     ptr
@@ -322,7 +387,7 @@ unsafe extern "C" fn release_array(array: *mut raw::ArrowArray) {
             }
         }
     }
-    private.counters.array.fetch_add(1, Ordering::SeqCst);
+    private.counters.count_array_release();
     array.release = None;
     array.private_data = null_mut();
     drop(private);
@@ -333,6 +398,7 @@ unsafe extern "C" fn release_array(array: *mut raw::ArrowArray) {
 struct SchemaPrivate {
     counters: Arc<Counters>,
     strings: Vec<CString>,
+    metadata: Vec<Vec<u8>>,
     child_ptrs: Vec<Vec<*mut raw::ArrowSchema>>,
     nodes: Vec<*mut raw::ArrowSchema>,
 }
@@ -350,32 +416,45 @@ fn build_schema(node: &SchemaNode, counters: Arc<Counters>) -> FFI_ArrowSchema {
     let mut private = Box::new(SchemaPrivate {
         counters,
         strings: Vec::new(),
+        metadata: Vec::new(),
         child_ptrs: Vec::new(),
         nodes: Vec::new(),
     });
     let mut root = schema_struct(node, &mut private);
     root.release = Some(release_schema);
     root.private_data = Box::into_raw(private).cast();
+    if node.released {
+        // SAFETY: as in build_array.
+        unsafe { release_schema(&mut root) };
+    }
     let mut schema = FFI_ArrowSchema::empty();
-    // SAFETY: `release_schema` frees exactly the private data written here.
+    // SAFETY: `release_schema` frees exactly the private data written here
+    // (or the struct is released already).
     *unsafe { raw::schema_mut(&mut schema) } = root;
     schema
 }
 
-fn c_string(bytes: &[u8], owner: &mut SchemaPrivate) -> *const c_char {
-    let s = CString::new(bytes.to_vec()).expect("test strings have no interior NUL");
+/// A NUL-terminated copy of `bytes` (NULL for `None`), owned by `owner`.
+fn c_string(bytes: Option<&[u8]>, owner: &mut SchemaPrivate) -> *const c_char {
+    let Some(bytes) = bytes else {
+        return null();
+    };
+    let s = CString::new(bytes).expect("test strings have no interior NUL");
     let ptr = s.as_ptr();
     owner.strings.push(s);
     ptr
 }
 
 fn schema_struct(node: &SchemaNode, owner: &mut SchemaPrivate) -> raw::ArrowSchema {
-    let format = match &node.format {
-        Some(format) => c_string(format, owner),
-        None => null(),
-    };
-    let name = match &node.name {
-        Some(name) => c_string(name.as_bytes(), owner),
+    let format = c_string(node.format.as_deref(), owner);
+    let name = c_string(node.name.as_deref(), owner);
+    let metadata = match &node.metadata {
+        Some(blob) => {
+            let blob = blob.clone();
+            let ptr = blob.as_ptr().cast::<c_char>();
+            owner.metadata.push(blob);
+            ptr
+        }
         None => null(),
     };
     let mut child_ptrs: Vec<*mut raw::ArrowSchema> = Vec::with_capacity(node.children.len());
@@ -395,7 +474,7 @@ fn schema_struct(node: &SchemaNode, owner: &mut SchemaPrivate) -> raw::ArrowSche
     raw::ArrowSchema {
         format,
         name,
-        metadata: null(),
+        metadata,
         flags: node.flags,
         n_children: node.children.len() as i64,
         children,
@@ -407,7 +486,9 @@ fn schema_struct(node: &SchemaNode, owner: &mut SchemaPrivate) -> raw::ArrowSche
 
 fn owned_schema_node(node: &SchemaNode, owner: &mut SchemaPrivate) -> *mut raw::ArrowSchema {
     let mut child = schema_struct(node, owner);
-    child.release = Some(release_schema_child);
+    if !node.released {
+        child.release = Some(release_schema_child);
+    }
     let ptr = Box::into_raw(Box::new(child));
     owner.nodes.push(ptr);
     ptr
@@ -431,7 +512,7 @@ unsafe extern "C" fn release_schema(schema: *mut raw::ArrowSchema) {
             }
         }
     }
-    private.counters.schema.fetch_add(1, Ordering::SeqCst);
+    private.counters.count_schema_release();
     schema.release = None;
     schema.private_data = null_mut();
     drop(private);
@@ -443,8 +524,8 @@ unsafe extern "C" fn release_schema(schema: *mut raw::ArrowSchema) {
 ///
 /// # Safety
 /// As for [`raw::array_mut`]: the struct must stay releasable. The defects
-/// the suites write (lengths, counts, NULL pointers) are for the importer
-/// to reject; `release` and `private_data` stay the builder's.
+/// the suites write (lengths, counts, pointers) are for the importer to
+/// reject; `release` and `private_data` stay the builder's.
 pub unsafe fn root_array(array: &mut ArrowDeviceArray) -> &mut raw::ArrowArray {
     // SAFETY: forwarded to the caller.
     unsafe { raw::array_mut(&mut array.array) }
