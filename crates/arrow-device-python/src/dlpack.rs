@@ -8,8 +8,7 @@
 
 use std::ffi::{c_void, CStr};
 
-use arrow_device::cai::StreamSync;
-use arrow_device::device::{cuda, DeviceRef};
+use arrow_device::device::{cuda, DeviceRef, StreamSync};
 use arrow_device::dlpack::{
     self, DLManagedTensor, DLManagedTensorVersioned, CAPSULE_NAME, USED_CAPSULE_NAME,
     USED_VERSIONED_CAPSULE_NAME, VERSIONED_CAPSULE_NAME,

@@ -78,10 +78,12 @@ pub use entries::Value;
 pub use export::describe;
 #[cfg(feature = "cuda")]
 pub(crate) use export::{describe_values, refuse_nulls};
-pub use plan::{import, ImportPlan, MaskPlan, StreamSync};
+pub use plan::{import, ImportPlan, MaskPlan};
 #[cfg(feature = "cuda")]
 pub(crate) use plan::{import_with_bitmaps, Bitmaps};
 pub use typestr::typestr;
+// The stream a plan names is the devices' type (DLPack names streams too).
+pub use crate::device::StreamSync;
 
 use crate::error::Error;
 

@@ -30,7 +30,7 @@ use cudarc::driver::sys;
 use super::stream::{event_at, CudaEvent, CudaStream};
 use super::CudaDevice;
 use crate::array::DeviceArray;
-use crate::cai::StreamSync;
+use crate::device::StreamSync;
 use crate::error::Result;
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD` (cuda.h defines them as
