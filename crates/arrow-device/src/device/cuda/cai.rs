@@ -14,11 +14,9 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field};
 
-use cudarc::driver::sys;
 use smallvec::{smallvec, SmallVec};
 
-use super::interop::raw_stream;
-use super::{device, kernels, pointer_memory_type, CudaDevice};
+use super::{device, pointer_memory_type, CudaDevice};
 use crate::abi::DeviceType;
 use crate::array::node::{Node, RawBuf};
 use crate::array::owner::{Owner, PendingMemory};
@@ -82,13 +80,6 @@ fn device_of(ptr: usize, entry: &str) -> Result<DeviceRef> {
              ({found:?})"
         ))),
     }
-}
-
-/// A stream of ours for a conversion, and its raw handle for the kernels.
-fn conversion_stream(device: &DeviceRef, cuda: &CudaDevice) -> Result<(Stream, sys::CUstream)> {
-    let stream = device.create_stream()?;
-    let raw = cuda.stream(&stream, "conversion")?.raw();
-    Ok((stream, raw))
 }
 
 /// The array `build` makes over converted memory of `device`, written by
@@ -167,23 +158,18 @@ pub unsafe fn import_cai(
         // just below, before anyone can use it.
         let array = unsafe { cai::import(plan, device.clone(), owner) }?;
         // SAFETY: the stream is live per the contract.
-        return unsafe { cuda.order_after_stream(&array, plan.stream) };
+        return unsafe { array.ordered_after_stream(plan.stream) };
     }
-    let (stream, raw) = conversion_stream(&device, cuda)?;
+    let stream = device.create_stream()?;
     let mut waited = Vec::new();
     let streams = [Some(plan.stream), plan.mask.map(|m| m.stream)];
-    for sync in streams.into_iter().flatten() {
-        if waited.contains(&sync) {
+    for producer in streams.into_iter().flatten() {
+        if waited.contains(&producer) {
             continue;
         }
-        if let Some(producer) = raw_stream(sync) {
-            // SAFETY: a live producer stream per the contract; ours is live.
-            unsafe {
-                let event = cuda.record_on(producer, "cuEventRecord on the producer's stream")?;
-                cuda.wait_on(raw, event.raw(), "cuStreamWaitEvent")?;
-            }
-        }
-        waited.push(sync);
+        // SAFETY: a live producer stream per the contract.
+        unsafe { cuda.stream_wait_protocol_stream(&stream, producer) }?;
+        waited.push(producer);
     }
     let mut buffers = SmallVec::new();
     let queued = (|| {
@@ -199,8 +185,7 @@ pub unsafe fn import_cai(
             // kept alive by `owner`, which the result keeps until the
             // event); `dst` was just allocated with `len / 8` rounded up
             // bytes.
-            unsafe { kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, raw) }
-                .map_err(|e| cuda.error(e))?;
+            unsafe { cuda.pack_bits(src as *const u8, plan.len, dst, &stream) }?;
             Ok(dst.cast_const())
         };
         if plan.bool_needs_packing {
@@ -278,16 +263,14 @@ fn mask_of(
     validity: *const u8,
 ) -> Result<CaiMask> {
     let len = array.len();
-    let (stream, raw) = conversion_stream(device, cuda)?;
+    let stream = device.create_stream()?;
     array.sync().order_stream(device.as_ref(), &stream)?;
     let buffer = device.allocate(len)?;
     let dst = buffer.as_ptr();
     // SAFETY: the bitmap covers `offset + len` bits (an imported array was
     // validated); `array`, kept by the result until the event, keeps it
     // alive; `dst` holds `len` bytes.
-    let queued =
-        unsafe { kernels::unpack_bits(&cuda.context, validity, array.offset(), len, dst, raw) }
-            .map_err(|e| cuda.error(e));
+    let queued = unsafe { cuda.unpack_bits(validity, array.offset(), len, dst, &stream) };
     if let Err(e) = queued {
         return Err(drain_then_free(device, &stream, (buffer, array.clone()), e));
     }
