@@ -242,7 +242,7 @@ pub(super) fn unsupported_version(version_key: &str, version: impl Display) -> E
 ///
 /// Plans that need a conversion (`|b1` packing, a mask) are
 /// [`Error::NotSupported`] here: they need device kernels, which the CUDA
-/// device runs (`device::cuda::import_cai`, feature `cuda`).
+/// device runs (`cai::cuda::import_cai`, feature `cuda`).
 ///
 /// # Safety
 /// `plan` must come from [`CudaArrayInterface::validate`] of the interface

@@ -42,9 +42,9 @@
 //! file (the [`Device`] implementation) and `interop.rs` only combine them
 //! and name the device in errors; none of them knows the crate's arrays.
 //!
-//! The Python protocols: [`import_cai`] / [`export_cai`] (the CUDA Array
-//! Interface, with its `stream`, masks and `|b1` values converted by
-//! kernels on the GPU) and DLPack use the narrow interface of
+//! The Python protocols: the CUDA Array Interface adapter
+//! (`arrow_device::cai::cuda`: its `stream`, masks and `|b1` values
+//! converted by kernels on the GPU) and DLPack use the narrow interface of
 //! [`CudaDevice`] in `interop.rs`: ordering against the streams the
 //! protocols name ([`CudaDevice::record_on_protocol_stream`],
 //! [`CudaDevice::stream_wait_protocol_stream`],
@@ -74,7 +74,6 @@
 //! assert_eq!(imported.to_host().unwrap().as_ref(), &ints as &dyn Array);
 //! ```
 
-mod cai;
 mod driver;
 mod interop;
 mod kernels;
@@ -88,7 +87,6 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub use self::cai::{export_cai, import_cai, CaiExport, CaiMask};
 use self::driver::Context;
 use self::memory::Allocation;
 pub use self::memory::{MemoryKind, PointerMemoryType};

@@ -1,12 +1,35 @@
-//! The CUDA Array Interface on the CUDA devices: [`import_cai`] takes a
-//! validated interface's memory (honouring its `stream`, converting its
-//! `mask` and `|b1` values into Arrow bitmaps on the GPU), [`export_cai`]
-//! describes an array (naming a stream when work is pending, and making the
-//! element-wise mask of an array with nulls on the GPU).
+//! The CUDA Array Interface on the CUDA devices (feature `cuda`):
+//! [`import_cai`] takes a validated interface's memory (honouring its
+//! `stream`, converting its `mask` and `|b1` values into Arrow bitmaps on
+//! the GPU), [`export_cai`] describes an array (naming a stream when work
+//! is pending, and making the element-wise mask of an array with nulls on
+//! the GPU).
 //!
 //! Neither blocks the host: conversions are queued on a stream of ours
 //! after the producer's work, and the result carries an event recorded
-//! after them.
+//! after them. The GPU work goes through the narrow interface of
+//! [`CudaDevice`] (stream ordering and the bitmap kernels); this adapter
+//! builds the arrays.
+//!
+//! ```
+//! use arrow_device::cai::{cuda, CudaArrayInterface, Value};
+//!
+//! // A CuPy-style dict of four float32 values, pointer 0x1000.
+//! let dict = vec![
+//!     ("shape".to_string(), Value::Tuple(vec![Value::Int(4)])),
+//!     ("typestr".to_string(), Value::Str("<f4".into())),
+//!     ("data".to_string(), Value::Tuple(vec![Value::Int(0x1000), Value::Bool(false)])),
+//!     ("version".to_string(), Value::Int(3)),
+//! ];
+//! let plan = CudaArrayInterface::from_entries(dict).unwrap().validate().unwrap();
+//! if !arrow_device::device::cuda::is_available() {
+//!     // Without a driver the pointer cannot be classified: an error that
+//!     // says so, never a panic.
+//!     // SAFETY: nothing is read when the import fails.
+//!     let err = unsafe { cuda::import_cai(&plan, std::sync::Arc::new(())) }.unwrap_err();
+//!     assert!(matches!(err, arrow_device::Error::NotSupported(_)), "{err}");
+//! }
+//! ```
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -16,12 +39,15 @@ use arrow_schema::{DataType, Field};
 
 use smallvec::{smallvec, SmallVec};
 
-use super::{device, pointer_memory_type, CudaDevice};
+use super::{
+    describe_values, import, import_with_bitmaps, refuse_nulls, Bitmaps, CudaArrayInterface,
+    ImportPlan,
+};
 use crate::abi::DeviceType;
 use crate::array::node::{Node, RawBuf};
 use crate::array::owner::{Owner, PendingMemory};
 use crate::array::DeviceArray;
-use crate::cai::{self, Bitmaps, CudaArrayInterface, ImportPlan};
+use crate::device::cuda::{device, pointer_memory_type, CudaDevice};
 use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream};
 use crate::error::{Error, Result};
 
@@ -156,7 +182,7 @@ pub unsafe fn import_cai(
     if !plan.bool_needs_packing && plan.mask.is_none() {
         // SAFETY: forwarded contract; ordered after the producer's stream
         // just below, before anyone can use it.
-        let array = unsafe { cai::import(plan, device.clone(), owner) }?;
+        let array = unsafe { import(plan, device.clone(), owner) }?;
         // SAFETY: the stream is live per the contract.
         return unsafe { array.ordered_after_stream(plan.stream) };
     }
@@ -205,7 +231,7 @@ pub unsafe fn import_cai(
     converted_array(&device, stream, buffers, Box::new(owner), |owner| {
         // SAFETY: forwarded contract; the bitmaps were made above and
         // `owner` keeps them; the array is ordered after the kernels.
-        unsafe { cai::import_with_bitmaps(plan, device.clone(), owner, bitmaps) }
+        unsafe { import_with_bitmaps(plan, device.clone(), owner, bitmaps) }
     })
 }
 
@@ -217,7 +243,7 @@ pub unsafe fn import_cai(
 /// driver here) is described as [`crate::cai::describe`] does: only
 /// without nulls and without a pending `sync_event`.
 pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
-    let mut interface = cai::describe_values(array)?;
+    let mut interface = describe_values(array)?;
     let Some((device, cuda)) = array
         .device()
         .and_then(|d| CudaDevice::of(d.as_ref()).map(|cuda| (d, cuda)))
@@ -233,7 +259,7 @@ pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
                 array.device_id()
             )));
         }
-        cai::refuse_nulls(array)?;
+        refuse_nulls(array)?;
         return Ok(CaiExport {
             interface,
             mask: None,
@@ -291,7 +317,7 @@ fn mask_of(
             ))
         },
     )?;
-    let mut interface = cai::describe_values(&bytes)?;
+    let mut interface = describe_values(&bytes)?;
     interface.typestr = "|b1".to_string();
     interface.stream = bytes
         .sync()
