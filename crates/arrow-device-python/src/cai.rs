@@ -1,12 +1,13 @@
 //! The CUDA Array Interface (`__cuda_array_interface__`, versions 2 and 3)
 //! over the library: `arrow_device::cai` has every rule of the dict
 //! (missing keys, types, stream 0, strides, ...) and
-//! `arrow_device::device::cuda` imports and exports the memory (streams,
+//! `arrow_device::cai::cuda` imports and exports the memory (streams,
 //! masks, `|b1` packing). This file only converts the dict's Python values
 //! to the library's `Value`s and back, and makes the mask object.
 
 use std::sync::Arc;
 
+use arrow_device::cai::cuda::{export_cai, import_cai};
 use arrow_device::cai::{CudaArrayInterface, Value};
 use arrow_device::device::cuda;
 use arrow_device::{DeviceArray, Error};
@@ -83,7 +84,7 @@ pub fn import(obj: &Bound<'_, PyAny>, interface: &Bound<'_, PyAny>) -> PyResult<
     // SAFETY: a validated plan of the interface of `obj`, which `owner`
     // keeps alive; the spec makes the producer answer for its pointers and
     // its stream.
-    py.detach(|| unsafe { cuda::import_cai(&plan, owner) }).py()
+    py.detach(|| unsafe { import_cai(&plan, owner) }).py()
 }
 
 /// The mask object of an exported interface: exposes the mask's own
@@ -116,14 +117,12 @@ impl PyCudaArrayMask {
 /// so that `hasattr(x, "__cuda_array_interface__")`, how consumers probe
 /// for it, is False.
 pub fn export<'py>(py: Python<'py>, array: &DeviceArray) -> PyResult<Bound<'py, PyDict>> {
-    let exported = py
-        .detach(|| cuda::export_cai(array))
-        .map_err(|err| match err {
-            Error::NotSupported(message) => {
-                PyAttributeError::new_err(format!("__cuda_array_interface__: {message}"))
-            }
-            other => to_py(other),
-        })?;
+    let exported = py.detach(|| export_cai(array)).map_err(|err| match err {
+        Error::NotSupported(message) => {
+            PyAttributeError::new_err(format!("__cuda_array_interface__: {message}"))
+        }
+        other => to_py(other),
+    })?;
     let dict = to_dict(py, &exported.interface)?;
     if let Some(mask) = exported.mask {
         let mask = PyCudaArrayMask {

@@ -8,8 +8,7 @@
 
 use std::ffi::{c_void, CStr};
 
-use arrow_device::cai::StreamSync;
-use arrow_device::device::{cuda, DeviceRef};
+use arrow_device::device::{cuda, StreamSync};
 use arrow_device::dlpack::{
     self, DLManagedTensor, DLManagedTensorVersioned, CAPSULE_NAME, USED_CAPSULE_NAME,
     USED_VERSIONED_CAPSULE_NAME, VERSIONED_CAPSULE_NAME,
@@ -206,8 +205,8 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     let consumer = consumer_stream(obj)?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("max_version", (1, 1))?;
-    if let Some((_, handle)) = &consumer {
-        kwargs.set_item("stream", *handle)?;
+    if let Some(handle) = consumer {
+        kwargs.set_item("stream", handle)?;
     }
     let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
         Ok(capsule) => capsule,
@@ -221,19 +220,17 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     let array = take_tensor(&capsule)?;
     match consumer {
         None => Ok(array),
-        Some((device, handle)) => {
-            let cuda = cuda::CudaDevice::of(device.as_ref())
-                .ok_or_else(|| PyValueError::new_err("the consumer stream's device is not CUDA"))?;
-            // SAFETY: the interface stream lives for the process.
-            unsafe { cuda.order_after_stream(&array, StreamSync::Handle(handle)) }.map_err(to_py)
+        // SAFETY: the interface stream lives for the process.
+        Some(handle) => {
+            unsafe { array.ordered_after_stream(StreamSync::Handle(handle)) }.map_err(to_py)
         }
     }
 }
 
-/// The CUDA device and stream to hand a producer whose
-/// `__dlpack_device__()` is CUDA or CUDA_MANAGED memory, when CUDA works
-/// here; `None` for other producers.
-fn consumer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<(DeviceRef, u64)>> {
+/// The stream to hand a producer whose `__dlpack_device__()` is CUDA or
+/// CUDA_MANAGED memory (the interface stream of that CUDA device), when
+/// CUDA works here; `None` for other producers.
+fn consumer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
     let py = obj.py();
     let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__dlpack_device__"))? else {
         return Ok(None);
@@ -247,11 +244,10 @@ fn consumer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<(DeviceRef, u64)>>
         return Ok(None);
     }
     let device = cuda::device(device_type, device_id).map_err(to_py)?;
-    let handle = cuda::CudaDevice::of(device.as_ref())
+    cuda::CudaDevice::of(device.as_ref())
         .map(|cuda| cuda.interface_stream())
         .transpose()
-        .map_err(to_py)?;
-    Ok(handle.map(|handle| (device, handle)))
+        .map_err(to_py)
 }
 
 /// Takes over the tensor of a `__dlpack__()` result (renaming its capsule).

@@ -10,6 +10,7 @@
 
 use arrow_array::{Array, Int32Array};
 use arrow_device::abi::DeviceType;
+use arrow_device::cai::cuda::{export_cai, import_cai};
 use std::sync::Arc;
 
 use arrow_device::cai;
@@ -142,7 +143,7 @@ fn without_libcuda_importing_an_interface_is_an_error_naming_libcuda() {
     ] {
         // SAFETY: nothing is dereferenced: the driver is missing, so the
         // pointer cannot even be classified.
-        let err = unsafe { cuda::import_cai(&plan, Arc::new(())) }.unwrap_err();
+        let err = unsafe { import_cai(&plan, Arc::new(())) }.unwrap_err();
         assert!(matches!(err, Error::NotSupported(_)), "{err}");
         assert!(err.to_string().contains("libcuda"), "{err}");
     }
@@ -176,7 +177,7 @@ fn without_a_cuda_device_an_export_describes_arrays_without_nulls_only() {
         unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }.unwrap()
     };
     let ints = Int32Array::from(vec![1, 2, 3]);
-    let exported = cuda::export_cai(&on_cuda(&ints)).unwrap();
+    let exported = export_cai(&on_cuda(&ints)).unwrap();
     assert!(exported.mask.is_none());
     assert_eq!(exported.interface.shape, [3]);
     assert_eq!(exported.interface.typestr, "<i4");
@@ -187,14 +188,14 @@ fn without_a_cuda_device_an_export_describes_arrays_without_nulls_only() {
     assert_eq!(exported.interface.stream, None);
 
     let nulls = Int32Array::from(vec![Some(1), None]);
-    let err = cuda::export_cai(&on_cuda(&nulls)).unwrap_err();
+    let err = export_cai(&on_cuda(&nulls)).unwrap_err();
     assert!(matches!(err, Error::NotSupported(_)), "{err}");
     assert!(err.to_string().contains("1 nulls"), "{err}");
 
     let (c_array, c_schema) = export_array(&ints).unwrap();
     // SAFETY: this crate's exporter's structs.
     let on_cpu = unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) };
-    let err = cuda::export_cai(&on_cpu.unwrap()).unwrap_err();
+    let err = export_cai(&on_cpu.unwrap()).unwrap_err();
     assert!(err.to_string().contains("this array is on CPU"), "{err}");
 }
 

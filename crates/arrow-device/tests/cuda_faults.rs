@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Int32Array, UInt8Array};
 use arrow_device::abi::DeviceType;
+use arrow_device::cai::cuda::{export_cai, import_cai};
 use arrow_device::cai::{ImportPlan, StreamSync};
 use arrow_device::device::cuda;
 use arrow_device::device::DeviceRef;
@@ -557,7 +558,7 @@ fn import_interface(
 ) -> Result<DeviceArray> {
     // SAFETY: `owner` holds the producer arrays whose memory the plan
     // describes; the plan names no stream, or the legacy stream.
-    unsafe { cuda::import_cai(plan, Arc::clone(owner)) }
+    unsafe { import_cai(plan, Arc::clone(owner)) }
 }
 
 // ---------------------------------------------------------------------------
@@ -920,7 +921,7 @@ fn cu_event_query_in_an_interface_export() {
             Fault::new("cuEventQuery", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED),
             || {
                 let array = export_import(&ints, &gpu)?;
-                let exported = cuda::export_cai(&array)?;
+                let exported = export_cai(&array)?;
                 Ok((array, exported))
             },
             |(array, exported)| {
@@ -1210,7 +1211,7 @@ fn cu_launch_kernel_in_an_interface_export() {
                 1,
                 CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
             ),
-            || cuda::export_cai(&array),
+            || export_cai(&array),
             |exported| {
                 let mask = exported.mask.expect("an array with nulls has a mask");
                 assert_eq!(mask.interface.typestr, "|b1");

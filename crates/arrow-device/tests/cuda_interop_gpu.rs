@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, UInt8Array};
 use arrow_device::abi::DeviceType;
+use arrow_device::cai::cuda::{export_cai, import_cai};
 use arrow_device::cai::StreamSync;
-use arrow_device::device::cuda;
 use arrow_device::dlpack::export_dlpack_for_stream;
 use arrow_device::{export_array_to, DeviceArray, Error};
 use cudarc::driver::sys;
@@ -53,7 +53,7 @@ fn an_interface_over_each_memory_kind_imports_zero_copy_on_that_kind() {
         let ptr = values_ptr(&source);
         let plan = plan((ptr, 1000, "<i4"), None, Some(1));
         // SAFETY: `source` (the owner) holds 1000 int32 at `ptr`.
-        let imported = unsafe { cuda::import_cai(&plan, Arc::new(source.clone())) }.unwrap();
+        let imported = unsafe { import_cai(&plan, Arc::new(source.clone())) }.unwrap();
         assert_eq!(imported.device_type(), kind, "{kind}");
         assert_eq!(imported.device_id(), 0);
         assert_eq!(values_ptr(&imported), ptr, "{kind}: zero-copy");
@@ -91,7 +91,7 @@ fn a_mask_and_b1_values_become_arrow_bitmaps_on_the_gpu() {
             Some(2),
         );
         // SAFETY: `owner` holds `len` int32 and `len` mask bytes.
-        let imported = unsafe { cuda::import_cai(&masked, owner.clone()) }.unwrap();
+        let imported = unsafe { import_cai(&masked, owner.clone()) }.unwrap();
         let expected: Int32Array = (0..len).map(|i| (i % 3 != 0).then_some(i as i32)).collect();
         assert_same(
             &format!("mask, {len}"),
@@ -105,7 +105,7 @@ fn a_mask_and_b1_values_become_arrow_bitmaps_on_the_gpu() {
 
         let packed = plan((values_ptr(&bools), len, "|b1"), None, None);
         // SAFETY: `owner` holds `len` bool bytes.
-        let imported = unsafe { cuda::import_cai(&packed, owner) }.unwrap();
+        let imported = unsafe { import_cai(&packed, owner) }.unwrap();
         let expected: BooleanArray = (0..len).map(|i| Some(i % 5 == 1)).collect();
         assert_same(
             &format!("|b1, {len}"),
@@ -127,7 +127,7 @@ fn a_sliced_array_with_nulls_exports_a_byte_mask_made_on_the_gpu() {
     for offset in 0..10 {
         let len = 100 - offset - 3;
         let sliced = whole.slice(offset, len).unwrap();
-        let exported = cuda::export_cai(&sliced).unwrap();
+        let exported = export_cai(&sliced).unwrap();
         assert_eq!(exported.interface.shape, [len as i64]);
         assert_eq!(
             exported.interface.data.0,
@@ -151,7 +151,7 @@ fn a_sliced_array_with_nulls_exports_a_byte_mask_made_on_the_gpu() {
         );
     }
     let no_nulls = on_gpu(&Int32Array::from(vec![1, 2, 3]), DeviceType::CUDA);
-    assert!(cuda::export_cai(&no_nulls).unwrap().mask.is_none());
+    assert!(export_cai(&no_nulls).unwrap().mask.is_none());
 }
 
 #[test]
@@ -164,12 +164,12 @@ fn the_exported_stream_is_the_interface_stream_while_pending_and_none_once_ready
     assert!(interface_stream > 2, "a real handle, not 0, 1 or 2");
     let big = Int64Array::from_iter_values(0..8_000_000);
     let array = on_gpu(&big, DeviceType::CUDA);
-    match cuda::export_cai(&array).unwrap().interface.stream {
+    match export_cai(&array).unwrap().interface.stream {
         None => println!("the copy had completed before the export"),
         Some(stream) => assert_eq!(stream, interface_stream),
     }
     array.synchronize().unwrap();
-    assert_eq!(cuda::export_cai(&array).unwrap().interface.stream, None);
+    assert_eq!(export_cai(&array).unwrap().interface.stream, None);
 }
 
 /// A stream of GPU 0's primary context kept busy for tens of milliseconds
@@ -244,7 +244,7 @@ fn an_import_waits_for_work_still_queued_on_the_producers_stream() {
     let plan = plan((ptr, n, "<i4"), None, Some(producer.stream as usize as u64));
     // SAFETY: `zeros` holds `n` int32 at `ptr`; the stream is live until
     // `producer` drops, after the import's event has been waited on.
-    let imported = unsafe { cuda::import_cai(&plan, Arc::new(zeros.clone())) }.unwrap();
+    let imported = unsafe { import_cai(&plan, Arc::new(zeros.clone())) }.unwrap();
     assert_same(
         "filled after the busy work",
         &Int32Array::from(vec![7; n]),
@@ -262,7 +262,7 @@ fn a_pageable_host_pointer_is_refused_naming_the_entry() {
     let host = [1i32; 4];
     let plan = plan((host.as_ptr() as usize, 4, "<i4"), None, None);
     // SAFETY: refused after classifying the pointer; nothing is read.
-    let err = unsafe { cuda::import_cai(&plan, Arc::new(())) }.unwrap_err();
+    let err = unsafe { import_cai(&plan, Arc::new(())) }.unwrap_err();
     match &err {
         Error::Invalid { path, message } => {
             assert_eq!(path, "__cuda_array_interface__['data']");

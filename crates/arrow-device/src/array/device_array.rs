@@ -733,6 +733,50 @@ impl DeviceArray {
         Ok(unsafe { self.with_storage(self.node().clone(), device, sync_event, owner) })
     }
 
+    /// The same data ordered after the work queued so far on `stream`, a
+    /// stream that a foreign producer handed this array's memory over with
+    /// (a CUDA Array Interface `stream` entry, or the stream given to a
+    /// DLPack producer): an event recorded there
+    /// ([`CudaDevice::record_on_protocol_stream`]) becomes the result's
+    /// `sync_event`, owned by the result. [`StreamSync::None`] returns the
+    /// array as it is, whatever its device. The host does not wait.
+    ///
+    /// Errors: the array's device is not a CUDA device of this crate
+    /// ([`Error::NotSupported`]), the array already has a pending
+    /// `sync_event`, or the driver failed.
+    ///
+    /// # Safety
+    /// `stream` names a live stream of the primary context of the array's
+    /// GPU (1 and 2 name the default streams and are always valid).
+    ///
+    /// [`CudaDevice::record_on_protocol_stream`]: crate::device::cuda::CudaDevice::record_on_protocol_stream
+    /// [`StreamSync::None`]: crate::device::StreamSync::None
+    #[cfg(feature = "cuda")]
+    pub unsafe fn ordered_after_stream(
+        &self,
+        stream: crate::device::StreamSync,
+    ) -> Result<DeviceArray> {
+        if stream == crate::device::StreamSync::None {
+            return Ok(self.clone());
+        }
+        let device = self.require_device()?;
+        let cuda = crate::device::cuda::CudaDevice::of(device.as_ref()).ok_or_else(|| {
+            Error::NotSupported(format!(
+                "cannot order an array on {} device {} after a CUDA stream: its device is not \
+                 a CUDA device of this crate",
+                self.storage.device_type, self.storage.device_id
+            ))
+        })?;
+        // SAFETY: the stream is live, per this function's contract.
+        let Some(event) = (unsafe { cuda.record_on_protocol_stream(stream) })? else {
+            return Ok(self.clone());
+        };
+        let sync_event = event.sync_event();
+        // SAFETY: a `CUevent*` of the array's device type, kept valid by
+        // `event`, which the result keeps.
+        unsafe { self.ordered_after(sync_event, Arc::new(event)) }
+    }
+
     /// Whether the host has already waited on the `sync_event` (or there
     /// is none): nothing is pending on the data.
     #[cfg(feature = "cuda")]

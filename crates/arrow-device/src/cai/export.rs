@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 /// everything else is [`Error::NotSupported`] with the reason. Arrays with
 /// nulls are refused too: the interface's mask is element-wise (a byte per
 /// value) while Arrow's is a bitmap, and that conversion needs a device
-/// kernel, which `device::cuda::export_cai` runs (feature `cuda`); a
+/// kernel, which `cai::cuda::export_cai` runs (feature `cuda`); a
 /// validity buffer is fine when no value is null.
 pub fn describe(array: &DeviceArray) -> Result<CudaArrayInterface> {
     let interface = describe_values(array)?;
@@ -36,11 +36,11 @@ pub(crate) fn refuse_nulls(array: &DeviceArray) -> Result<()> {
         Some(nulls) => Err(Error::NotSupported(format!(
             "cannot describe an array with {nulls} nulls without a device: the CUDA Array \
              Interface's mask is element-wise (a byte per value) while Arrow's validity is a \
-             bitmap; the CUDA devices make the mask (device::cuda::export_cai)"
+             bitmap; the CUDA devices make the mask (cai::cuda::export_cai)"
         ))),
         None => Err(Error::NotSupported(
             "cannot describe an array whose null count is unknown without a device: the \
-             CUDA Array Interface has no bitmap validity (device::cuda::export_cai makes \
+             CUDA Array Interface has no bitmap validity (cai::cuda::export_cai makes \
              the mask)"
                 .to_string(),
         )),

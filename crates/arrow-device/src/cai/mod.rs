@@ -1,8 +1,11 @@
 //! The [CUDA Array Interface] (CAI, versions 2 and 3) as plain Rust data:
 //! the `__cuda_array_interface__` dict, the rules for reading one into an
 //! Arrow array, and the dict that describes an Arrow array on a CUDA device.
-//! No Python and no CUDA here: a binding converts the dict's values
-//! ([`Value`]), the CUDA device moves the memory.
+//! No Python here: a binding converts the dict's values ([`Value`]). The
+//! memory is imported and exported on the CUDA devices by `cuda` (feature
+//! `cuda`: `cai::cuda::import_cai` and `cai::cuda::export_cai`, which make
+//! the masks and `|b1` bitmaps with the device's kernels); the rest of this
+//! module needs no CUDA.
 //!
 //! * [`CudaArrayInterface`]: the dict's entries, typed;
 //!   [`CudaArrayInterface::from_entries`] reads them from generic values
@@ -69,6 +72,8 @@
 //!   management"): [`import`] takes the producer object as the owner.
 //!
 //! [CUDA Array Interface]: https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod entries;
 mod export;
 mod plan;
@@ -78,10 +83,12 @@ pub use entries::Value;
 pub use export::describe;
 #[cfg(feature = "cuda")]
 pub(crate) use export::{describe_values, refuse_nulls};
-pub use plan::{import, ImportPlan, MaskPlan, StreamSync};
+pub use plan::{import, ImportPlan, MaskPlan};
 #[cfg(feature = "cuda")]
 pub(crate) use plan::{import_with_bitmaps, Bitmaps};
 pub use typestr::typestr;
+// The stream a plan names is the devices' type (DLPack names streams too).
+pub use crate::device::StreamSync;
 
 use crate::error::Error;
 

@@ -12,24 +12,8 @@ use super::typestr::{self, Element};
 use super::{invalid, key, CudaArrayInterface, ROOT};
 use crate::array::node::{Node, RawBuf};
 use crate::array::DeviceArray;
-use crate::device::DeviceRef;
+use crate::device::{DeviceRef, StreamSync};
 use crate::error::{Error, Result};
-
-/// A CUDA stream as the Python protocols number them (CAI v3 `stream`,
-/// DLPack's `stream` argument): which stream must be waited on, or none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamSync {
-    /// No synchronization: CAI `None`/absent, DLPack `-1` or a device
-    /// without streams.
-    None,
-    /// The legacy default stream (CAI and DLPack `1`; DLPack `None` on
-    /// CUDA; ROCm's default stream, DLPack `0` or `None` there).
-    Legacy,
-    /// The per-thread default stream (`2`).
-    PerThread,
-    /// A stream handle (`cudaStream_t` / `hipStream_t`) as an integer.
-    Handle(u64),
-}
 
 /// What importing a validated interface takes: the Arrow type, where the
 /// values are, what must be converted and which stream to wait on first.
@@ -258,7 +242,7 @@ pub(super) fn unsupported_version(version_key: &str, version: impl Display) -> E
 ///
 /// Plans that need a conversion (`|b1` packing, a mask) are
 /// [`Error::NotSupported`] here: they need device kernels, which the CUDA
-/// device runs (`device::cuda::import_cai`, feature `cuda`).
+/// device runs (`cai::cuda::import_cai`, feature `cuda`).
 ///
 /// # Safety
 /// `plan` must come from [`CudaArrayInterface::validate`] of the interface

@@ -43,8 +43,10 @@ pub mod cpu;
 pub mod cuda;
 pub mod emulated;
 pub mod host;
+mod protocol_stream;
 mod sync_event;
 
+pub use protocol_stream::StreamSync;
 pub(crate) use sync_event::SyncEvent;
 
 use std::any::Any;

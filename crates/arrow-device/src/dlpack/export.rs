@@ -15,7 +15,7 @@ use std::ptr::{self, NonNull};
 use super::abi::*;
 use super::dtype::dlpack_data_type;
 use crate::array::{DeviceArray, HandOn};
-use crate::cai::StreamSync;
+use crate::device::StreamSync;
 use crate::error::{Error, Result};
 
 /// The DLPack device of `array`: its device type (Arrow's values are

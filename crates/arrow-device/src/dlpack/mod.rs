@@ -78,7 +78,7 @@
 //! [`export_dlpack_unsynchronized`] leaves the ordering to the caller.
 //! On import the tensor is taken to be ready on the stream the caller
 //! passed to the producer; a CUDA caller then orders the array after that
-//! stream (`device::cuda::CudaDevice::order_after_stream`).
+//! stream (`DeviceArray::ordered_after_stream`, feature `cuda`).
 //!
 //! [DLPack]: https://dmlc.github.io/dlpack/latest/
 pub mod abi;

@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use arrow_device::abi::DeviceType;
-//! use arrow_device::cai::StreamSync;
+//! use arrow_device::device::StreamSync;
 //! use arrow_device::dlpack::dlpack_stream;
 //!
 //! assert_eq!(dlpack_stream(DeviceType::CUDA, None).unwrap(), StreamSync::Legacy);
@@ -15,7 +15,7 @@
 //! ```
 
 use crate::abi::DeviceType;
-use crate::cai::StreamSync;
+use crate::device::StreamSync;
 use crate::error::{Error, Result};
 
 /// Which streams family `device_type` follows.

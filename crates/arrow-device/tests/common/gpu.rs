@@ -12,6 +12,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use arrow_device::abi::{DeviceType, FFI_ArrowSchema};
+use arrow_device::cai::cuda::export_cai;
 use arrow_device::device::cuda::{self, CudaDevice};
 use arrow_device::device::DeviceRef;
 use arrow_device::{ArrowDeviceArray, DeviceArray, ValidationLevel};
@@ -64,7 +65,7 @@ fn warm_up() {
         arrow_device::export_array_to(&with_nulls, &cuda_device(DeviceType::CUDA)).unwrap();
     let on_gpu = import("warm-up", array, schema);
     // The byte mask of an array with nulls is made by a kernel.
-    drop(cuda::export_cai(&on_gpu).unwrap());
+    drop(export_cai(&on_gpu).unwrap());
 }
 
 /// Held by a GPU test: the GPU lock and, under the stand-in, the driver's

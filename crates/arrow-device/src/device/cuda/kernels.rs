@@ -22,12 +22,13 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 
 use super::driver::{self, Context, Failure};
+use super::stream::CudaStream;
 
 /// The PTX module, NUL-terminated: `cuModuleLoadData` reads PTX as a C
 /// string.
@@ -75,21 +76,20 @@ fn launch_dims(work: usize) -> Option<(u32, u32)> {
 ///
 /// # Safety
 /// `src` (`len` bytes) and `dst` (`(len + 7) / 8` bytes) must be valid on
-/// `context`'s GPU at the same address (device or managed memory, or pinned
-/// host memory under unified addressing), must not overlap, and must stay
-/// valid, and `dst` otherwise unused, until the stream has run the kernel.
-/// `stream` must be a live stream of `context`.
+/// the GPU of `stream`'s context at the same address (device or managed
+/// memory, or pinned host memory under unified addressing), must not
+/// overlap, and must stay valid, and `dst` otherwise unused, until the
+/// stream has run the kernel.
 pub(super) unsafe fn pack_bits(
-    context: &Arc<Context>,
     src: *const u8,
     len: usize,
     dst: *mut u8,
-    stream: sys::CUstream,
+    stream: &CudaStream,
 ) -> Result<(), Failure> {
     let Some(dims) = launch_dims(len.div_ceil(8)) else {
         return Ok(());
     };
-    let kernels = kernels(context)?;
+    let kernels = kernels(stream.context())?;
     let src = driver::address(src.cast());
     // usize is at most 64 bits on every target CUDA runs on: exact.
     let len = len as u64;
@@ -101,7 +101,6 @@ pub(super) unsafe fn pack_bits(
     // valid per this function's contract.
     unsafe {
         launch(
-            context,
             kernels.pack_bits,
             "cuLaunchKernel of arrow_device_pack_bits",
             dims,
@@ -119,22 +118,21 @@ pub(super) unsafe fn pack_bits(
 ///
 /// # Safety
 /// `bitmap` (`(bit_offset + len + 7) / 8` bytes) and `dst` (`len` bytes)
-/// must be valid on `context`'s GPU at the same address (device or managed
-/// memory, or pinned host memory under unified addressing), must not
-/// overlap, and must stay valid, and `dst` otherwise unused, until the
-/// stream has run the kernel. `stream` must be a live stream of `context`.
+/// must be valid on the GPU of `stream`'s context at the same address
+/// (device or managed memory, or pinned host memory under unified
+/// addressing), must not overlap, and must stay valid, and `dst` otherwise
+/// unused, until the stream has run the kernel.
 pub(super) unsafe fn unpack_bits(
-    context: &Arc<Context>,
     bitmap: *const u8,
     bit_offset: usize,
     len: usize,
     dst: *mut u8,
-    stream: sys::CUstream,
+    stream: &CudaStream,
 ) -> Result<(), Failure> {
     let Some(dims) = launch_dims(len) else {
         return Ok(());
     };
-    let kernels = kernels(context)?;
+    let kernels = kernels(stream.context())?;
     let bitmap = driver::address(bitmap.cast());
     // usize is at most 64 bits on every target CUDA runs on: exact.
     let (bit_offset, len) = (bit_offset as u64, len as u64);
@@ -146,7 +144,6 @@ pub(super) unsafe fn unpack_bits(
     // them); the memory is valid per this function's contract.
     unsafe {
         launch(
-            context,
             kernels.unpack_bits,
             "cuLaunchKernel of arrow_device_unpack_bits",
             dims,
@@ -166,21 +163,20 @@ fn param(value: &u64) -> *mut c_void {
 /// Queues `function` on `stream` with `dims` from [`launch_dims`].
 ///
 /// # Safety
-/// `function` belongs to `context`'s module; `params` match its parameters
-/// in number and types and point to live values; the memory the values
-/// address stays valid until the stream has run the kernel; `stream` is a
-/// live stream of `context`.
+/// `function` belongs to the module of `stream`'s context; `params` match
+/// its parameters in number and types and point to live values; the memory
+/// the values address stays valid until the stream has run the kernel.
 unsafe fn launch(
-    context: &Context,
     function: sys::CUfunction,
     what: &str,
     (grid, block): (u32, u32),
     params: &mut [*mut c_void],
-    stream: sys::CUstream,
+    stream: &CudaStream,
 ) -> Result<(), Failure> {
-    context.run(what, || {
+    let stream_raw = stream.raw();
+    stream.context().run(what, || {
         // SAFETY: per this function's contract; no dynamic shared memory.
-        unsafe { cu::launch_kernel(function, (grid, 1, 1), (block, 1, 1), 0, stream, params) }
+        unsafe { cu::launch_kernel(function, (grid, 1, 1), (block, 1, 1), 0, stream_raw, params) }
     })
 }
 
@@ -436,8 +432,9 @@ mod tests {
     /// without a GPU.
     #[test]
     fn the_kernels_match_the_reference_on_a_gpu() {
+        use std::sync::Arc;
+
         use super::super::memory::{Allocation, MemoryKind};
-        use super::super::stream::CudaStream;
 
         if !matches!(driver::driver(), Ok(count) if count > 0) {
             println!("skipping: no usable GPU ({:?})", driver::driver());
@@ -452,15 +449,7 @@ mod tests {
             unsafe { std::ptr::write_bytes(allocation.ptr(), fill, len) };
             allocation
         };
-        let synchronize = || {
-            let raw = stream.raw();
-            // SAFETY: a live stream of this context.
-            context
-                .run("cuStreamSynchronize", || unsafe {
-                    cu::stream::synchronize(raw)
-                })
-                .unwrap();
-        };
+        let synchronize = || stream.synchronize().unwrap();
         const GUARD: u8 = 0xa5;
         // Past one grid: 4096 * 256 output bytes for pack, items for unpack.
         let big = 4096 * 256 * 8 + 13;
@@ -473,7 +462,7 @@ mod tests {
             // over, and live until after the synchronization.
             unsafe {
                 std::ptr::copy_nonoverlapping(values.as_ptr(), src.ptr().add(3), len);
-                pack_bits(&context, src.ptr().add(3), len, dst.ptr(), stream.raw()).unwrap();
+                pack_bits(src.ptr().add(3), len, dst.ptr(), &stream).unwrap();
             }
             synchronize();
             // SAFETY: written by the kernel, which has completed.
@@ -497,15 +486,7 @@ mod tests {
                 // the destination `bits` bytes after its first; both live
                 // until after the synchronization.
                 unsafe {
-                    unpack_bits(
-                        &context,
-                        dst.ptr(),
-                        offset,
-                        bits,
-                        out.ptr().add(1),
-                        stream.raw(),
-                    )
-                    .unwrap();
+                    unpack_bits(dst.ptr(), offset, bits, out.ptr().add(1), &stream).unwrap();
                 }
                 synchronize();
                 // SAFETY: written by the kernel, which has completed.
@@ -526,23 +507,8 @@ mod tests {
         // An empty conversion queues nothing and succeeds.
         // SAFETY: nothing is read or written for len 0.
         unsafe {
-            pack_bits(
-                &context,
-                std::ptr::null(),
-                0,
-                std::ptr::null_mut(),
-                stream.raw(),
-            )
-            .unwrap();
-            unpack_bits(
-                &context,
-                std::ptr::null(),
-                3,
-                0,
-                std::ptr::null_mut(),
-                stream.raw(),
-            )
-            .unwrap();
+            pack_bits(std::ptr::null(), 0, std::ptr::null_mut(), &stream).unwrap();
+            unpack_bits(std::ptr::null(), 3, 0, std::ptr::null_mut(), &stream).unwrap();
         }
     }
 }

@@ -34,11 +34,23 @@
 //! the host). Speed and the GPU itself are checked on hardware by
 //! `scripts/gpu-check.sh`.
 //!
-//! The Python protocols: [`import_cai`] / [`export_cai`] (the CUDA Array
-//! Interface, with its `stream`, masks and `|b1` values converted by
-//! kernels on the GPU) and the stream-ordering methods of [`CudaDevice`]
-//! that DLPack uses ([`CudaDevice::order_after_stream`],
-//! [`CudaDevice::make_stream_wait`], [`CudaDevice::interface_stream`]).
+//! Layers, as in cudarc (`sys` → `result` → safe types): every driver call
+//! is a small function of the bottom files (`driver.rs`: loading `libcuda`,
+//! contexts, the unwind guard; `stream.rs`: streams and events, ours and
+//! the protocols'; `memory.rs`; `kernels.rs`; `release.rs`), run with its
+//! context current and failing with a message that names the call. This
+//! file (the [`Device`] implementation) and `interop.rs` only combine them
+//! and name the device in errors; none of them knows the crate's arrays.
+//!
+//! The Python protocols: the CUDA Array Interface adapter
+//! (`arrow_device::cai::cuda`: its `stream`, masks and `|b1` values
+//! converted by kernels on the GPU) and DLPack use the narrow interface of
+//! [`CudaDevice`] in `interop.rs`: ordering against the streams the
+//! protocols name ([`CudaDevice::record_on_protocol_stream`],
+//! [`CudaDevice::stream_wait_protocol_stream`],
+//! [`CudaDevice::make_stream_wait`], [`CudaDevice::stream_after`],
+//! [`CudaDevice::interface_stream`]) and the bitmap kernels
+//! ([`CudaDevice::pack_bits`], [`CudaDevice::unpack_bits`]).
 //!
 //! ```
 //! use arrow_array::{Array, Int32Array};
@@ -62,7 +74,6 @@
 //! assert_eq!(imported.to_host().unwrap().as_ref(), &ints as &dyn Array);
 //! ```
 
-mod cai;
 mod driver;
 mod interop;
 mod kernels;
@@ -76,13 +87,10 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys;
-
-pub use self::cai::{export_cai, import_cai, CaiExport, CaiMask};
 use self::driver::Context;
 use self::memory::Allocation;
 pub use self::memory::{MemoryKind, PointerMemoryType};
-use self::stream::{event_at, CudaEvent, CudaStream};
+use self::stream::{CudaEvent, CudaStream, RawEvent};
 use crate::abi::DeviceType;
 use crate::device::cpu::ALIGNMENT;
 use crate::device::{self as devices, Device, DeviceBuffer, DeviceRef, Event, Stream};
@@ -236,15 +244,6 @@ impl CudaDevice {
         Error::device(self.kind.device_type(), self.device_id(), message.into())
     }
 
-    /// Runs a driver call with this device's context current.
-    fn run<T>(
-        &self,
-        what: &str,
-        f: impl FnOnce() -> std::result::Result<T, cudarc::driver::DriverError>,
-    ) -> Result<T> {
-        self.context.run(what, f).map_err(|e| self.error(e))
-    }
-
     fn stream<'s>(&self, stream: &'s Stream, call: &str) -> Result<&'s CudaStream> {
         let found = stream.handle::<CudaStream>().ok_or_else(|| {
             self.error(format!(
@@ -282,20 +281,9 @@ impl CudaDevice {
         if len == 0 {
             return Ok(());
         }
-        let stream = self.stream(stream, what)?.raw();
-        self.run(what, || {
-            // SAFETY: per this function's contract; unified addressing lets
-            // the driver infer the direction from the pointers.
-            unsafe {
-                sys::cuMemcpyAsync(
-                    driver::address(dst.cast()),
-                    driver::address(src.cast()),
-                    len,
-                    stream,
-                )
-            }
-            .result()
-        })
+        let stream = self.stream(stream, what)?;
+        // SAFETY: per this function's contract.
+        unsafe { stream.copy_async(what, src, dst, len) }.map_err(|e| self.error(e))
     }
 }
 
@@ -371,16 +359,14 @@ unsafe impl Device for CudaDevice {
     }
 
     fn record_event(&self, event: &Event, stream: &Stream) -> Result<()> {
-        let stream = self.stream(stream, "record_event")?.raw();
+        let stream = self.stream(stream, "record_event")?;
         let event = event.handle::<CudaEvent>().ok_or_else(|| {
             self.error("record_event: the event was not created by a CUDA device")
         })?;
         self.same_gpu(event.context(), "record_event", "event")?;
-        let raw = event.raw();
-        // SAFETY: a live event and stream of this context.
-        self.run("cuEventRecord", || unsafe {
-            cudarc::driver::result::event::record(raw, stream)
-        })
+        event
+            .record("cuEventRecord", stream)
+            .map_err(|e| self.error(e))
     }
 
     /// Drops `owner` once the work queued on `stream` has run
@@ -391,17 +377,13 @@ unsafe impl Device for CudaDevice {
         stream: &Stream,
         owner: Box<dyn Any + Send + Sync>,
     ) -> Result<Option<Box<dyn Any + Send + Sync>>> {
-        let raw = self.stream(stream, "release_after")?.raw();
-        self.release_after_stream(raw, owner)
+        Ok(self.stream(stream, "release_after")?.release_after(owner))
     }
 
     fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
-        let stream = self.stream(stream, "synchronize_stream")?.raw();
+        let stream = self.stream(stream, "synchronize_stream")?;
         self.host_synchronizations.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: a live stream of this context.
-        self.run("cuStreamSynchronize", || unsafe {
-            cudarc::driver::result::stream::synchronize(stream)
-        })
+        stream.synchronize().map_err(|e| self.error(e))
     }
 
     unsafe fn stream_wait_sync_event(
@@ -409,29 +391,31 @@ unsafe impl Device for CudaDevice {
         stream: &Stream,
         sync_event: *mut c_void,
     ) -> Result<()> {
-        let stream = self.stream(stream, "stream_wait_sync_event")?.raw();
+        let stream = self.stream(stream, "stream_wait_sync_event")?;
         if sync_event.is_null() {
             return Ok(());
         }
-        // SAFETY: the caller passes a pointer to a CUevent (cudaEvent_t*).
-        let event = unsafe { event_at(sync_event) };
-        self.run("cuStreamWaitEvent on the sync_event", || {
-            // SAFETY: a live stream; the event may belong to any context.
-            unsafe { sys::cuStreamWaitEvent(stream, event, 0) }.result()
-        })
+        // SAFETY: the caller passes a pointer to a live CUevent
+        // (cudaEvent_t*), of any context.
+        unsafe {
+            let event = RawEvent::at(sync_event);
+            stream.wait_event("cuStreamWaitEvent on the sync_event", event)
+        }
+        .map_err(|e| self.error(e))
     }
 
     unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()> {
         if sync_event.is_null() {
             return Ok(());
         }
-        // SAFETY: the caller passes a pointer to a CUevent (cudaEvent_t*).
-        let event = unsafe { event_at(sync_event) };
         self.host_synchronizations.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: a live event, per the caller.
-        self.run("cuEventSynchronize on the sync_event", || unsafe {
-            cudarc::driver::result::event::synchronize(event)
-        })
+        // SAFETY: the caller passes a pointer to a live CUevent
+        // (cudaEvent_t*).
+        unsafe {
+            let event = RawEvent::at(sync_event);
+            event.synchronize(&self.context, "cuEventSynchronize on the sync_event")
+        }
+        .map_err(|e| self.error(e))
     }
 
     unsafe fn copy_from_host(
@@ -493,22 +477,17 @@ unsafe impl Device for CudaDevice {
         if len == 0 {
             return Ok(());
         }
-        let raw_stream = self.stream(stream, "copy_device_to_device")?.raw();
-        let (dst_ctx, src_ctx) = (self.context.raw(), source.context.raw());
-        self.run("copy_device_to_device (cuMemcpyPeerAsync)", || {
-            // SAFETY: both ends valid per the caller; both contexts are
-            // retained primary contexts.
-            unsafe {
-                sys::cuMemcpyPeerAsync(
-                    driver::address(dst.cast()),
-                    dst_ctx,
-                    driver::address(src.cast()),
-                    src_ctx,
-                    len,
-                    raw_stream,
-                )
-            }
-            .result()
-        })
+        let stream = self.stream(stream, "copy_device_to_device")?;
+        // SAFETY: both ends valid per the caller.
+        unsafe {
+            stream.copy_peer_async(
+                "copy_device_to_device (cuMemcpyPeerAsync)",
+                &source.context,
+                src,
+                dst,
+                len,
+            )
+        }
+        .map_err(|e| self.error(e))
     }
 }

@@ -17,14 +17,13 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use super::CudaDevice;
-use crate::error::Result;
+use super::stream::CudaStream;
 
 /// What is released: the trait's `owner`.
 type Owned = Box<dyn Any + Send + Sync>;
 
 /// The reaper's queue; `None` when its thread could not be started (then
-/// nothing is handed over and callers owner their payloads).
+/// nothing is handed over and callers keep their payloads).
 fn reaper() -> Option<&'static Sender<Owned>> {
     static REAPER: OnceLock<Option<Sender<Owned>>> = OnceLock::new();
     REAPER
@@ -65,30 +64,27 @@ unsafe extern "C" fn hand_to_reaper(user_data: *mut c_void) {
     }));
 }
 
-impl CudaDevice {
-    /// Queues `owner`'s release after the work queued on `stream` so far;
-    /// gives it back when that cannot be arranged (no reaper thread, or
-    /// `cuLaunchHostFunc` failed), for the caller to owner.
-    pub(super) fn release_after_stream(
-        &self,
-        stream: sys::CUstream,
-        owner: Owned,
-    ) -> Result<Option<Owned>> {
+impl CudaStream {
+    /// Queues `owner`'s release after the work queued on this stream so
+    /// far; gives it back when that cannot be arranged (no reaper thread,
+    /// or `cuLaunchHostFunc` failed), for the caller to keep.
+    pub(super) fn release_after(&self, owner: Owned) -> Option<Owned> {
         if reaper().is_none() {
-            return Ok(Some(owner));
+            return Some(owner);
         }
+        let stream = self.raw();
         let user_data = Box::into_raw(Box::new(owner)).cast::<c_void>();
-        let launched = self.run("cuLaunchHostFunc", || {
+        let launched = self.context().run("cuLaunchHostFunc", || {
             // SAFETY: a live stream of this context; the host function
             // takes `user_data` over exactly once, when it runs.
             unsafe { sys::cuLaunchHostFunc(stream, Some(hand_to_reaper), user_data) }.result()
         });
         match launched {
-            Ok(()) => Ok(None),
+            Ok(()) => None,
             Err(_) => {
                 // SAFETY: not queued, so still ours: the box leaked above.
                 let owner = unsafe { Box::from_raw(user_data.cast::<Owned>()) };
-                Ok(Some(*owner))
+                Some(*owner)
             }
         }
     }

@@ -1,12 +1,35 @@
-//! The CUDA Array Interface on the CUDA devices: [`import_cai`] takes a
-//! validated interface's memory (honouring its `stream`, converting its
-//! `mask` and `|b1` values into Arrow bitmaps on the GPU), [`export_cai`]
-//! describes an array (naming a stream when work is pending, and making the
-//! element-wise mask of an array with nulls on the GPU).
+//! The CUDA Array Interface on the CUDA devices (feature `cuda`):
+//! [`import_cai`] takes a validated interface's memory (honouring its
+//! `stream`, converting its `mask` and `|b1` values into Arrow bitmaps on
+//! the GPU), [`export_cai`] describes an array (naming a stream when work
+//! is pending, and making the element-wise mask of an array with nulls on
+//! the GPU).
 //!
 //! Neither blocks the host: conversions are queued on a stream of ours
 //! after the producer's work, and the result carries an event recorded
-//! after them.
+//! after them. The GPU work goes through the narrow interface of
+//! [`CudaDevice`] (stream ordering and the bitmap kernels); this adapter
+//! builds the arrays.
+//!
+//! ```
+//! use arrow_device::cai::{cuda, CudaArrayInterface, Value};
+//!
+//! // A CuPy-style dict of four float32 values, pointer 0x1000.
+//! let dict = vec![
+//!     ("shape".to_string(), Value::Tuple(vec![Value::Int(4)])),
+//!     ("typestr".to_string(), Value::Str("<f4".into())),
+//!     ("data".to_string(), Value::Tuple(vec![Value::Int(0x1000), Value::Bool(false)])),
+//!     ("version".to_string(), Value::Int(3)),
+//! ];
+//! let plan = CudaArrayInterface::from_entries(dict).unwrap().validate().unwrap();
+//! if !arrow_device::device::cuda::is_available() {
+//!     // Without a driver the pointer cannot be classified: an error that
+//!     // says so, never a panic.
+//!     // SAFETY: nothing is read when the import fails.
+//!     let err = unsafe { cuda::import_cai(&plan, std::sync::Arc::new(())) }.unwrap_err();
+//!     assert!(matches!(err, arrow_device::Error::NotSupported(_)), "{err}");
+//! }
+//! ```
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -14,16 +37,17 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field};
 
-use cudarc::driver::sys;
 use smallvec::{smallvec, SmallVec};
 
-use super::interop::raw_stream;
-use super::{device, kernels, pointer_memory_type, CudaDevice};
+use super::{
+    describe_values, import, import_with_bitmaps, refuse_nulls, Bitmaps, CudaArrayInterface,
+    ImportPlan,
+};
 use crate::abi::DeviceType;
 use crate::array::node::{Node, RawBuf};
 use crate::array::owner::{Owner, PendingMemory};
 use crate::array::DeviceArray;
-use crate::cai::{self, Bitmaps, CudaArrayInterface, ImportPlan};
+use crate::device::cuda::{device, pointer_memory_type, CudaDevice};
 use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream};
 use crate::error::{Error, Result};
 
@@ -82,13 +106,6 @@ fn device_of(ptr: usize, entry: &str) -> Result<DeviceRef> {
              ({found:?})"
         ))),
     }
-}
-
-/// A stream of ours for a conversion, and its raw handle for the kernels.
-fn conversion_stream(device: &DeviceRef, cuda: &CudaDevice) -> Result<(Stream, sys::CUstream)> {
-    let stream = device.create_stream()?;
-    let raw = cuda.stream(&stream, "conversion")?.raw();
-    Ok((stream, raw))
 }
 
 /// The array `build` makes over converted memory of `device`, written by
@@ -165,25 +182,20 @@ pub unsafe fn import_cai(
     if !plan.bool_needs_packing && plan.mask.is_none() {
         // SAFETY: forwarded contract; ordered after the producer's stream
         // just below, before anyone can use it.
-        let array = unsafe { cai::import(plan, device.clone(), owner) }?;
+        let array = unsafe { import(plan, device.clone(), owner) }?;
         // SAFETY: the stream is live per the contract.
-        return unsafe { cuda.order_after_stream(&array, plan.stream) };
+        return unsafe { array.ordered_after_stream(plan.stream) };
     }
-    let (stream, raw) = conversion_stream(&device, cuda)?;
+    let stream = device.create_stream()?;
     let mut waited = Vec::new();
     let streams = [Some(plan.stream), plan.mask.map(|m| m.stream)];
-    for sync in streams.into_iter().flatten() {
-        if waited.contains(&sync) {
+    for producer in streams.into_iter().flatten() {
+        if waited.contains(&producer) {
             continue;
         }
-        if let Some(producer) = raw_stream(sync) {
-            // SAFETY: a live producer stream per the contract; ours is live.
-            unsafe {
-                let event = cuda.record_on(producer, "cuEventRecord on the producer's stream")?;
-                cuda.wait_on(raw, event.raw(), "cuStreamWaitEvent")?;
-            }
-        }
-        waited.push(sync);
+        // SAFETY: a live producer stream per the contract.
+        unsafe { cuda.stream_wait_protocol_stream(&stream, producer) }?;
+        waited.push(producer);
     }
     let mut buffers = SmallVec::new();
     let queued = (|| {
@@ -199,8 +211,7 @@ pub unsafe fn import_cai(
             // kept alive by `owner`, which the result keeps until the
             // event); `dst` was just allocated with `len / 8` rounded up
             // bytes.
-            unsafe { kernels::pack_bits(&cuda.context, src as *const u8, plan.len, dst, raw) }
-                .map_err(|e| cuda.error(e))?;
+            unsafe { cuda.pack_bits(src as *const u8, plan.len, dst, &stream) }?;
             Ok(dst.cast_const())
         };
         if plan.bool_needs_packing {
@@ -220,7 +231,7 @@ pub unsafe fn import_cai(
     converted_array(&device, stream, buffers, Box::new(owner), |owner| {
         // SAFETY: forwarded contract; the bitmaps were made above and
         // `owner` keeps them; the array is ordered after the kernels.
-        unsafe { cai::import_with_bitmaps(plan, device.clone(), owner, bitmaps) }
+        unsafe { import_with_bitmaps(plan, device.clone(), owner, bitmaps) }
     })
 }
 
@@ -232,7 +243,7 @@ pub unsafe fn import_cai(
 /// driver here) is described as [`crate::cai::describe`] does: only
 /// without nulls and without a pending `sync_event`.
 pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
-    let mut interface = cai::describe_values(array)?;
+    let mut interface = describe_values(array)?;
     let Some((device, cuda)) = array
         .device()
         .and_then(|d| CudaDevice::of(d.as_ref()).map(|cuda| (d, cuda)))
@@ -248,7 +259,7 @@ pub fn export_cai(array: &DeviceArray) -> Result<CaiExport> {
                 array.device_id()
             )));
         }
-        cai::refuse_nulls(array)?;
+        refuse_nulls(array)?;
         return Ok(CaiExport {
             interface,
             mask: None,
@@ -278,16 +289,14 @@ fn mask_of(
     validity: *const u8,
 ) -> Result<CaiMask> {
     let len = array.len();
-    let (stream, raw) = conversion_stream(device, cuda)?;
+    let stream = device.create_stream()?;
     array.sync().order_stream(device.as_ref(), &stream)?;
     let buffer = device.allocate(len)?;
     let dst = buffer.as_ptr();
     // SAFETY: the bitmap covers `offset + len` bits (an imported array was
     // validated); `array`, kept by the result until the event, keeps it
     // alive; `dst` holds `len` bytes.
-    let queued =
-        unsafe { kernels::unpack_bits(&cuda.context, validity, array.offset(), len, dst, raw) }
-            .map_err(|e| cuda.error(e));
+    let queued = unsafe { cuda.unpack_bits(validity, array.offset(), len, dst, &stream) };
     if let Err(e) = queued {
         return Err(drain_then_free(device, &stream, (buffer, array.clone()), e));
     }
@@ -308,7 +317,7 @@ fn mask_of(
             ))
         },
     )?;
-    let mut interface = cai::describe_values(&bytes)?;
+    let mut interface = describe_values(&bytes)?;
     interface.typestr = "|b1".to_string();
     interface.stream = bytes
         .sync()
