@@ -104,7 +104,7 @@ pub enum Validate {
     Minimal,
     /// Minimal plus O(1) reads of data (first/last offsets).
     Default,
-    /// Every value, on CPU-accessible memory.
+    /// Every value, on host-accessible memory.
     Full,
 }
 

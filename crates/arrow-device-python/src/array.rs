@@ -236,7 +236,7 @@ impl PyDeviceArray {
     ) -> PyResult<Bound<'py, PyTuple>> {
         guard(|| {
             let array = self.requested(requested_schema)?;
-            if !array.device_type().is_cpu_accessible() {
+            if !array.device_type().is_host_accessible() {
                 return Err(PyValueError::new_err(format!(
                     "__arrow_c_array__ hands out CPU pointers, and this array is on device type {} (id {}): use __arrow_c_device_array__, or copy it with .to(arrow_device.cpu())",
                     array.device_type(),

@@ -69,11 +69,11 @@ pub fn export<'py>(
                 "copy=True is not supported: DLPack export is zero-copy; copy with DeviceArray.to",
             ));
         }
-        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        let abi = dlpack::DlpackAbi::for_max_version(max_version);
         let tensor = py
-            .detach(|| dlpack::export_dlpack_for_stream(array, versioned, sync))
+            .detach(|| dlpack::export_dlpack_for_stream(array, abi, sync))
             .map_err(dlpack_error)?;
-        if versioned {
+        if abi == dlpack::DlpackAbi::Versioned {
             let raw = tensor.into_raw_versioned().map_err(dlpack_error)?;
             // SAFETY: a tensor handed over by the library, owned by the
             // capsule until a consumer renames it.

@@ -307,7 +307,7 @@ impl PyDeviceStream {
         })
     }
 
-    /// A C stream capsule (spec: `__arrow_c_stream__`) for CPU-accessible
+    /// A C stream capsule (spec: `__arrow_c_stream__`) for host-accessible
     /// data, so that pyarrow, polars and duckdb can read it; device data is
     /// refused (never handed out as CPU pointers).
     #[pyo3(signature = (requested_schema = None))]
@@ -317,7 +317,7 @@ impl PyDeviceStream {
         requested_schema: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         guard(|| {
-            if !self.device_type.is_cpu_accessible() {
+            if !self.device_type.is_host_accessible() {
                 return Err(PyValueError::new_err(format!(
                     "__arrow_c_stream__ hands out CPU pointers, and this stream is on device type {}: use __arrow_c_device_stream__",
                     self.device_type

@@ -80,7 +80,7 @@ device_types! {
     CPU = 1;
     /// CUDA device memory (`cudaMalloc` / `cuMemAlloc`).
     CUDA = 2;
-    /// Pinned host memory (`cudaMallocHost` / `cuMemAllocHost`); CPU-accessible.
+    /// Pinned host memory (`cudaMallocHost` / `cuMemAllocHost`); host-accessible.
     CUDA_HOST = 3;
     /// OpenCL device memory.
     OPENCL = 4;
@@ -92,11 +92,11 @@ device_types! {
     VPI = 9;
     /// AMD ROCm device memory.
     ROCM = 10;
-    /// Pinned host memory from `hipMallocHost`; CPU-accessible.
+    /// Pinned host memory from `hipMallocHost`; host-accessible.
     ROCM_HOST = 11;
     /// Extension devices; this crate's emulated device reports this type.
     EXT_DEV = 12;
-    /// CUDA managed (unified) memory; CPU-accessible.
+    /// CUDA managed (unified) memory; host-accessible.
     CUDA_MANAGED = 13;
     /// oneAPI unified shared memory.
     ONEAPI = 14;
@@ -109,7 +109,7 @@ device_types! {
 impl DeviceType {
     /// Whether memory of this type may be read by the host once the array's
     /// `sync_event` has completed (CPU, CUDA_HOST, CUDA_MANAGED, ROCM_HOST).
-    pub const fn is_cpu_accessible(self) -> bool {
+    pub const fn is_host_accessible(self) -> bool {
         matches!(self.0, 1 | 3 | 11 | 13)
     }
 }
@@ -600,7 +600,7 @@ mod tests {
         assert_eq!(t.name(), None);
         assert_eq!(i32::from(t), 17);
         assert_eq!(format!("{t}"), "DeviceType(17)");
-        assert!(!t.is_cpu_accessible());
+        assert!(!t.is_host_accessible());
     }
 
     #[test]
@@ -608,7 +608,7 @@ mod tests {
         let accessible: Vec<_> = DeviceType::ALL
             .iter()
             .copied()
-            .filter(|t| t.is_cpu_accessible())
+            .filter(|t| t.is_host_accessible())
             .collect();
         assert_eq!(
             accessible,

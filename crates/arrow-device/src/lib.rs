@@ -50,12 +50,12 @@
 //!   `string_view`/`binary_view` array lives is unspecified; Arrow C++ puts it
 //!   in host memory even for device arrays. This crate always *exports* it in
 //!   host memory that the array's device can read too where the device
-//!   offers some ([`device::Device::allocate_host_visible`]): pinned memory
+//!   offers some ([`device::Device::allocate_host_accessible`]): pinned memory
 //!   for the CUDA devices, readable by the consumer's host code (as Arrow C++
 //!   reads it) and by kernels; ordinary heap memory for the CPU, the
 //!   emulated device, or when pinning fails. On *import* it asks the device
-//!   whether the pointer is host-readable
-//!   ([`device::Device::is_host_readable`]): host memory is read directly,
+//!   whether the pointer is host-accessible
+//!   ([`device::Device::is_host_accessible_at`]): host memory is read directly,
 //!   device memory through the device's copy API in the same batched read as
 //!   the offsets.
 //! * **Misaligned buffers** from a foreign producer are copied to aligned
@@ -87,7 +87,7 @@
 //! | **release** | calling a C struct's `release` callback, exactly once per struct; a *moved* struct is marked released instead (spec: "Moving an array") |
 //! | **owner** | a value whose life is the memory's: the imported structs, an arrow-rs `ArrayData`, our device allocation ([`DeviceArray`] holds one; exported structs hold one per node) |
 //! | **sync event** | the producer's `sync_event`; **wait** on it either on the host or by making a work stream wait |
-//! | **host-accessible** | memory the host may read directly once its events have completed (CPU, `CUDA_HOST`, `CUDA_MANAGED`, `ROCM_HOST`: [`DeviceType::is_cpu_accessible`]) |
+//! | **host-accessible** | memory the host may read directly once its events have completed (CPU, `CUDA_HOST`, `CUDA_MANAGED`, `ROCM_HOST`: [`DeviceType::is_host_accessible`]) |
 //! | **array stream** | a sequence of arrays: the spec's device stream ([`ArrowDeviceArrayStream`]) and its async form, module [`stream`] |
 //! | **work stream** | a device's queue of copies and kernels ([`device::Stream`], a `CUstream`); the `stream` that DLPack and the CUDA Array Interface pass is the handle of one |
 //! | **device read** | reading a data-dependent size (an offset, a variadic size, a run end) out of an array's memory, through the device's copy API |

@@ -87,7 +87,7 @@ fn without_libcuda_lookup_falls_back_to_host_access_for_pinned_and_managed_memor
     for device_type in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED] {
         let found = device::lookup(device_type, 0).expect("host access without the runtime");
         assert_eq!((found.device_type(), found.device_id()), (device_type, 0));
-        assert!(found.is_cpu_accessible());
+        assert!(found.is_host_accessible());
         assert!(
             cuda::CudaDevice::of(found.as_ref()).is_none(),
             "{device_type}: not the CUDA device"
@@ -224,9 +224,9 @@ fn each_cuda_device_type_maps_to_its_allocator_and_back() {
     for (device_type, kind, cpu_accessible) in cases {
         assert_eq!(MemoryKind::from_device_type(device_type), Some(kind));
         assert_eq!(kind.device_type(), device_type);
-        assert_eq!(kind.is_cpu_accessible(), cpu_accessible, "{device_type}");
+        assert_eq!(kind.is_host_accessible(), cpu_accessible, "{device_type}");
         assert_eq!(
-            device_type.is_cpu_accessible(),
+            device_type.is_host_accessible(),
             cpu_accessible,
             "{device_type}: the kind agrees with the device type"
         );
@@ -305,6 +305,6 @@ fn pointer_attributes_classify_into_device_types() {
         let case = format!("memory type {memory_type}, managed {is_managed}, ordinal {ordinal}");
         assert_eq!(found, expected, "{case}");
         assert_eq!(found.device(), device, "{case}");
-        assert_eq!(found.is_host_readable(), host_readable, "{case}");
+        assert_eq!(found.is_host_accessible(), host_readable, "{case}");
     }
 }

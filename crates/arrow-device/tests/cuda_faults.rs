@@ -56,7 +56,7 @@ use arrow_device::cai::cuda::{export_cai, import_cai};
 use arrow_device::cai::{ImportPlan, StreamSync};
 use arrow_device::device::cuda;
 use arrow_device::device::DeviceRef;
-use arrow_device::dlpack::export_dlpack_for_stream;
+use arrow_device::dlpack::{export_dlpack_for_stream, DlpackAbi};
 use arrow_device::{export_array_to, DeviceArray, Result, ValidationLevel};
 use cudarc::driver::sys::{self, CUresult};
 
@@ -994,7 +994,8 @@ fn cu_stream_wait_event_in_a_dlpack_export() {
             Fault::new("cuStreamWaitEvent", 1, CUresult::CUDA_ERROR_INVALID_HANDLE),
             || {
                 let array = export_import(&ints, &gpu)?;
-                let tensor = export_dlpack_for_stream(&array, true, StreamSync::Legacy)?;
+                let tensor =
+                    export_dlpack_for_stream(&array, DlpackAbi::Versioned, StreamSync::Legacy)?;
                 Ok((array, tensor))
             },
             |(array, tensor)| {

@@ -288,25 +288,25 @@ fn device_memory_is_not_host_readable_but_host_pinned_and_managed_memory_is() {
     let host = [0u64; 4];
     let host_ptr = host.as_ptr().cast::<u8>();
     assert!(
-        gpu_memory.is_host_readable(host_ptr, 32),
+        gpu_memory.is_host_accessible_at(host_ptr, 32),
         "pageable host memory"
     );
     // Unregistered, or host memory where the driver maps system memory
     // (HMM/ATS): readable by the host either way.
     let found = cuda::pointer_memory_type(host_ptr.cast()).unwrap();
     assert!(
-        found.is_host_readable(),
+        found.is_host_accessible(),
         "pageable host memory is {found:?}"
     );
     let on_gpu = gpu_memory.allocate(32).unwrap();
     assert!(
-        !gpu_memory.is_host_readable(on_gpu.as_ptr(), 32),
+        !gpu_memory.is_host_accessible_at(on_gpu.as_ptr(), 32),
         "device memory"
     );
     for device_type in [DeviceType::CUDA_HOST, DeviceType::CUDA_MANAGED] {
         let memory = cuda_device(device_type).allocate(32).unwrap();
         assert!(
-            gpu_memory.is_host_readable(memory.as_ptr(), 32),
+            gpu_memory.is_host_accessible_at(memory.as_ptr(), 32),
             "{device_type} memory seen from the CUDA device"
         );
     }
@@ -327,7 +327,7 @@ fn devices_are_cached_registered_and_found_by_lookup() {
             "{device_type}: lookup finds it"
         );
         assert_eq!((found.device_type(), found.device_id()), (device_type, 0));
-        assert_eq!(found.is_cpu_accessible(), device_type != DeviceType::CUDA);
+        assert_eq!(found.is_host_accessible(), device_type != DeviceType::CUDA);
     }
     let count = cuda::device_count().unwrap();
     assert!(count >= 1);
@@ -406,7 +406,7 @@ fn a_gpu_source_dropped_during_a_copy_is_freed_after_it_off_the_drivers_thread()
     };
     let ints = Int32Array::from_iter_values(0..100_000);
     let multi_gpu = cuda::device_count().unwrap() > 1;
-    // Pinned → managed (a host-readable source), and device memory of GPU 0
+    // Pinned → managed (a host-accessible source), and device memory of GPU 0
     // → GPU 1 (a peer copy) where there are two GPUs.
     let mut routes = vec![(
         cuda_device(DeviceType::CUDA_HOST),

@@ -16,7 +16,7 @@ use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, UInt8Array};
 use arrow_device::abi::DeviceType;
 use arrow_device::cai::cuda::{export_cai, import_cai};
 use arrow_device::cai::StreamSync;
-use arrow_device::dlpack::export_dlpack_for_stream;
+use arrow_device::dlpack::{export_dlpack_for_stream, DlpackAbi};
 use arrow_device::{export_array_to, DeviceArray, Error};
 use cudarc::driver::sys;
 
@@ -282,7 +282,7 @@ fn dlpack_export_for_a_stream_orders_on_the_device_without_blocking_the_host() {
     for stream in [StreamSync::Legacy, StreamSync::PerThread, StreamSync::None] {
         let array = on_gpu(&ints, DeviceType::CUDA);
         let before = counter(&device).host_synchronizations();
-        let tensor = export_dlpack_for_stream(&array, true, stream).unwrap();
+        let tensor = export_dlpack_for_stream(&array, DlpackAbi::Versioned, stream).unwrap();
         assert_eq!(
             counter(&device).host_synchronizations(),
             before,
@@ -308,13 +308,14 @@ fn dlpack_export_of_pinned_or_managed_memory_waits_on_the_host_for_host_readers(
         let device = cuda_device(kind);
         let array = on_gpu(&ints, kind);
         let before = counter(&device).host_synchronizations();
-        let tensor = export_dlpack_for_stream(&array, true, StreamSync::Legacy).unwrap();
+        let tensor =
+            export_dlpack_for_stream(&array, DlpackAbi::Versioned, StreamSync::Legacy).unwrap();
         assert_eq!(
             counter(&device).host_synchronizations(),
             before + 1,
             "{kind}: one host wait on the copy's event"
         );
-        // SAFETY: the host waited on the event; the memory is host-readable
+        // SAFETY: the host waited on the event; the memory is host-accessible
         // and kept alive by the tensor.
         let values =
             unsafe { std::slice::from_raw_parts(tensor.dl_tensor().data.cast::<i32>(), 1000) };

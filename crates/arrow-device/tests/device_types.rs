@@ -1,4 +1,4 @@
-//! Import across device types: zero-copy for CPU-accessible memory, opaque
+//! Import across device types: zero-copy for host-accessible memory, opaque
 //! handles for device types without an implementation.
 
 use arrow_array::{Array, Int32Array, StringArray};
@@ -104,7 +104,7 @@ fn unknown_device_types_import_as_opaque_handles() {
 
 #[test]
 fn an_opaque_array_is_handed_on_only_where_the_consumer_can_use_it() {
-    use arrow_device::dlpack::{dlpack_device, export_dlpack};
+    use arrow_device::dlpack::{dlpack_device, export_dlpack, DlpackAbi};
     let ints = Int32Array::from(vec![1, 2, 3]);
     let refused = |err: Error, device_type: DeviceType, why: &str| {
         assert!(
@@ -134,7 +134,9 @@ fn an_opaque_array_is_handed_on_only_where_the_consumer_can_use_it() {
             why,
         );
         refused(
-            export_dlpack(&opaque, true).map(drop).unwrap_err(),
+            export_dlpack(&opaque, DlpackAbi::Versioned)
+                .map(drop)
+                .unwrap_err(),
             device_type,
             why,
         );
@@ -156,7 +158,7 @@ fn an_opaque_array_is_handed_on_only_where_the_consumer_can_use_it() {
         (device.device_type, device.device_id),
         (DeviceType::OPENCL, 0)
     );
-    let tensor = export_dlpack(&opencl, true).unwrap();
+    let tensor = export_dlpack(&opencl, DlpackAbi::Versioned).unwrap();
     assert_eq!(
         tensor.dl_tensor().data.cast_const(),
         opencl.buffers()[1].ptr.cast()
@@ -184,7 +186,9 @@ fn an_opaque_array_is_handed_on_only_where_the_consumer_can_use_it() {
         why,
     );
     refused(
-        export_dlpack(&pending, false).map(drop).unwrap_err(),
+        export_dlpack(&pending, DlpackAbi::Legacy)
+            .map(drop)
+            .unwrap_err(),
         DeviceType::OPENCL,
         why,
     );

@@ -27,7 +27,7 @@ use arrow_device::dlpack::abi::{
 };
 use arrow_device::dlpack::{
     dlpack_device, export_dlpack, export_dlpack_unsynchronized, import_dlpack,
-    import_dlpack_versioned, DlpackTensor,
+    import_dlpack_versioned, DlpackAbi, DlpackTensor,
 };
 use arrow_device::{DeviceArray, Result, ValidationLevel};
 use arrow_schema::DataType;
@@ -361,8 +361,8 @@ fn every_supported_type_round_trips_through_both_structs() {
         let case = expected.data_type().to_string();
         let array = cpu(expected.as_ref());
         let width = expected.data_type().primitive_width().unwrap();
-        for versioned in [true, false] {
-            let tensor = export_dlpack(&array, versioned).unwrap();
+        for abi in [DlpackAbi::Versioned, DlpackAbi::Legacy] {
+            let tensor = export_dlpack(&array, abi).unwrap();
             let t = tensor.dl_tensor();
             assert_eq!(t.ndim, 1, "{case}");
             assert_eq!(usize::from(t.dtype.bits), width * 8, "{case}");
@@ -372,7 +372,7 @@ fn every_supported_type_round_trips_through_both_structs() {
             assert_eq!(t.data.cast_const(), array.buffers()[1].ptr.cast(), "{case}");
             assert_eq!(tensor.shape(), [4], "{case}");
             assert_eq!(tensor.strides(), [1], "{case}");
-            let back = if versioned {
+            let back = if abi == DlpackAbi::Versioned {
                 assert_eq!(tensor.version(), Some(DLPackVersion { major: 1, minor: 1 }));
                 assert_eq!(tensor.flags(), DLPACK_FLAG_BITMASK_READ_ONLY);
                 import_back(tensor).0
@@ -408,7 +408,7 @@ fn a_slice_exports_a_pointer_to_its_first_value() {
     assert_eq!(by_device.offset(), 3);
     let by_arrow = cpu(&values.slice(3, 4));
     for array in [by_device, by_arrow] {
-        let tensor = export_dlpack(&array, true).unwrap();
+        let tensor = export_dlpack(&array, DlpackAbi::Versioned).unwrap();
         let t = tensor.dl_tensor();
         assert_eq!(
             t.data.cast_const(),
@@ -430,7 +430,7 @@ fn a_slice_exports_a_pointer_to_its_first_value() {
 #[test]
 fn an_empty_array_exports_null_data_and_imports_back() {
     let empty = Float64Array::from(Vec::<f64>::new());
-    let tensor = export_dlpack(&cpu(&empty), true).unwrap();
+    let tensor = export_dlpack(&cpu(&empty), DlpackAbi::Versioned).unwrap();
     assert!(tensor.dl_tensor().data.is_null());
     assert_eq!(tensor.shape(), [0]);
     let (back, _) = import_back(tensor);
@@ -440,7 +440,7 @@ fn an_empty_array_exports_null_data_and_imports_back() {
 #[test]
 fn arrays_with_nulls_are_refused_with_their_null_count() {
     let with_nulls = Int32Array::from(vec![Some(1), None, None, Some(4), None]);
-    let err = export_dlpack(&cpu(&with_nulls), true).unwrap_err();
+    let err = export_dlpack(&cpu(&with_nulls), DlpackAbi::Versioned).unwrap_err();
     assert_mentions(
         &err,
         "the Int32 array has 3 nulls; DLPack has no validity mask",
@@ -450,9 +450,9 @@ fn arrays_with_nulls_are_refused_with_their_null_count() {
     let array = cpu(&with_nulls).slice(0, 1).unwrap();
     assert_eq!(array.null_count(), None);
     assert!(!array.buffers()[0].ptr.is_null());
-    let tensor = export_dlpack(&array, true).unwrap();
+    let tensor = export_dlpack(&array, DlpackAbi::Versioned).unwrap();
     assert_eq!(tensor.shape(), [1]);
-    let err = export_dlpack(&cpu(&with_nulls).slice(1, 3).unwrap(), false).unwrap_err();
+    let err = export_dlpack(&cpu(&with_nulls).slice(1, 3).unwrap(), DlpackAbi::Legacy).unwrap_err();
     assert_mentions(&err, "has 2 nulls");
 }
 
@@ -479,7 +479,7 @@ fn types_dlpack_cannot_carry_are_refused_with_the_reason() {
         (Arc::new(dictionary), "is dictionary-encoded"),
     ];
     for (array, needle) in cases {
-        let err = export_dlpack(&cpu(array.as_ref()), true).unwrap_err();
+        let err = export_dlpack(&cpu(array.as_ref()), DlpackAbi::Versioned).unwrap_err();
         assert!(matches!(err, arrow_device::Error::NotSupported(_)), "{err}");
         assert_mentions(&err, "cannot export");
         assert_mentions(&err, needle);
@@ -506,15 +506,15 @@ fn into_raw_of_the_other_kind_is_an_error_that_deletes_the_tensor() {
     let (imported, releases) = counted_batch(Arc::new(Int8Array::from(vec![1, 2])));
     let column = imported.children().remove(0);
     drop(imported);
-    let tensor: DlpackTensor = export_dlpack(&column, false).unwrap();
-    assert!(!tensor.is_versioned());
+    let tensor: DlpackTensor = export_dlpack(&column, DlpackAbi::Legacy).unwrap();
+    assert_eq!(tensor.abi(), DlpackAbi::Legacy);
     let err = tensor.into_raw_versioned().unwrap_err();
     assert_mentions(
         &err,
         "is a legacy DLManagedTensor: hand it over with into_raw_legacy",
     );
-    let tensor = export_dlpack(&column, true).unwrap();
-    assert!(tensor.is_versioned());
+    let tensor = export_dlpack(&column, DlpackAbi::Versioned).unwrap();
+    assert_eq!(tensor.abi(), DlpackAbi::Versioned);
     let err = tensor.into_raw_legacy().unwrap_err();
     assert_mentions(
         &err,
@@ -532,7 +532,7 @@ fn an_exported_tensor_keeps_the_producer_alive_until_its_deleter_runs_once() {
     let values: ArrayRef = Arc::new(Int64Array::from(vec![10, 20, 30]));
     let (imported, releases) = counted_batch(values.clone());
     let column = imported.children().remove(0);
-    let tensor = export_dlpack(&column, true).unwrap();
+    let tensor = export_dlpack(&column, DlpackAbi::Versioned).unwrap();
     drop((imported, column));
     assert_eq!(releases.array_releases(), 0, "the tensor holds the array");
 
@@ -557,8 +557,8 @@ fn an_exported_tensor_keeps_the_producer_alive_until_its_deleter_runs_once() {
 #[test]
 fn dropping_an_unhanded_tensor_calls_its_deleter() {
     let (imported, releases) = counted_batch(Arc::new(Int16Array::from(vec![1, 2])));
-    for versioned in [true, false] {
-        drop(export_dlpack(&imported.children()[0], versioned).unwrap());
+    for abi in [DlpackAbi::Versioned, DlpackAbi::Legacy] {
+        drop(export_dlpack(&imported.children()[0], abi).unwrap());
     }
     assert_eq!(releases.array_releases(), 0);
     drop(imported);
@@ -798,7 +798,7 @@ fn a_tensor_on_an_unknown_device_is_described_but_not_read() {
         "no device implementation for device type VULKAN id 3",
     );
     // Re-exporting needs no access either: same pointer, same device.
-    let tensor = export_dlpack(&array, true).unwrap();
+    let tensor = export_dlpack(&array, DlpackAbi::Versioned).unwrap();
     assert_eq!(tensor.dl_tensor().data as usize, 0xdead_0000);
     assert_eq!(tensor.dl_tensor().device.device_id, 3);
     drop((array, tensor));
@@ -821,7 +821,7 @@ fn an_emulated_device_array_round_trips_without_host_access() {
         .slice(5, 30)
         .unwrap();
     assert!(!on_device.sync_event().is_null());
-    let tensor = export_dlpack(&on_device, true).unwrap();
+    let tensor = export_dlpack(&on_device, DlpackAbi::Versioned).unwrap();
     let t = tensor.dl_tensor();
     assert_eq!(
         t.device,
@@ -901,9 +901,9 @@ fn export_waits_on_the_producers_sync_event_unless_told_not_to() {
         .unwrap();
     assert!(!on_device.sync_event().is_null());
 
-    let unsynchronized = export_dlpack_unsynchronized(&on_device, true).unwrap();
+    let unsynchronized = export_dlpack_unsynchronized(&on_device, DlpackAbi::Versioned).unwrap();
     assert_eq!(device.host_waits.load(Ordering::SeqCst), 0);
-    let synchronized = export_dlpack(&on_device, true).unwrap();
+    let synchronized = export_dlpack(&on_device, DlpackAbi::Versioned).unwrap();
     assert_eq!(device.host_waits.load(Ordering::SeqCst), 1, "waited once");
     // The same zero-copy tensor either way.
     assert_eq!(
@@ -911,6 +911,22 @@ fn export_waits_on_the_producers_sync_event_unless_told_not_to() {
         synchronized.dl_tensor().data
     );
     // The wait is remembered: the event has completed.
-    drop(export_dlpack(&on_device, false).unwrap());
+    drop(export_dlpack(&on_device, DlpackAbi::Legacy).unwrap());
     assert_eq!(device.host_waits.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_managed_tensor_struct_follows_the_consumers_max_version() {
+    // DLPack: "if max_version is None ... the legacy capsule", 1.x and later
+    // the versioned one.
+    assert_eq!(DlpackAbi::for_max_version(None), DlpackAbi::Legacy);
+    assert_eq!(DlpackAbi::for_max_version(Some((0, 8))), DlpackAbi::Legacy);
+    assert_eq!(
+        DlpackAbi::for_max_version(Some((1, 0))),
+        DlpackAbi::Versioned
+    );
+    assert_eq!(
+        DlpackAbi::for_max_version(Some((2, 3))),
+        DlpackAbi::Versioned
+    );
 }

@@ -101,7 +101,7 @@ fn for_each_pair(
     result
 }
 
-/// Copies a tree of host-readable buffers onto `device`. `sources` keeps the
+/// Copies a tree of host-accessible buffers onto `device`. `sources` keeps the
 /// host buffers alive until the copies have completed.
 pub(crate) fn host_to_device(node: &Node, sources: Owner, device: &DeviceRef) -> Result<Copied> {
     let node = &node.trimmed();
@@ -110,7 +110,7 @@ pub(crate) fn host_to_device(node: &Node, sources: Owner, device: &DeviceRef) ->
     let stream = device.create_stream()?;
     let copied = relocate(node, &offsets, memory.as_ptr());
     let result = for_each_pair(node, &copied, |src, to| {
-        // SAFETY: `src` is host-readable for `len` bytes and kept alive by
+        // SAFETY: `src` is host-accessible for `len` bytes and kept alive by
         // `sources` until the event below completes; `to` lies inside
         // `memory`, sized by `plan`.
         unsafe { device.copy_from_host(src.ptr, to.ptr.cast_mut(), src.len, &stream) }
@@ -127,7 +127,7 @@ pub(crate) fn device_to_device(
     src_owner: Owner,
     dst: &DeviceRef,
 ) -> Result<Copied> {
-    if src.is_cpu_accessible() {
+    if src.is_host_accessible() {
         sync_event.wait_host(src.as_ref())?;
         return host_to_device(node, src_owner, dst);
     }

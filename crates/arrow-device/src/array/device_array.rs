@@ -484,7 +484,7 @@ impl DeviceArray {
         })
     }
 
-    /// Copies (or, for CPU-accessible memory, wraps) the array as arrow-rs data,
+    /// Copies (or, for host-accessible memory, wraps) the array as arrow-rs data,
     /// after honouring the producer's `sync_event`.
     ///
     /// The result has the structure arrow-rs builds its arrays on (checked
@@ -533,10 +533,10 @@ impl DeviceArray {
     #[inline(always)]
     fn host_data(&self) -> Result<ArrayData> {
         let device = self.require_device()?;
-        let data = if device.is_cpu_accessible() {
+        let data = if device.is_host_accessible() {
             self.storage.sync.wait_host(device.as_ref())?;
             let owner: Arc<dyn Allocation> = self.storage.clone();
-            // SAFETY: CPU-accessible memory, synchronized above, kept alive
+            // SAFETY: host-accessible memory, synchronized above, kept alive
             // by `owner`; the tree passed import validation.
             unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?
         } else {
@@ -600,7 +600,7 @@ impl DeviceArray {
             return Ok(self.clone());
         }
         if device.device_type() == DeviceType::CPU {
-            let (node, owner): (Node, Owner) = if src.is_cpu_accessible() {
+            let (node, owner): (Node, Owner) = if src.is_host_accessible() {
                 self.storage.sync.wait_host(src.as_ref())?;
                 (self.node().clone(), self.storage.clone())
             } else {
@@ -856,17 +856,17 @@ impl DeviceArray {
         })
     }
 
-    /// Full validation of values on CPU-accessible memory (Full level).
+    /// Full validation of values on host-accessible memory (Full level).
     fn validate_full(&self) -> Result<()> {
         if !self
             .storage
             .device
             .as_ref()
-            .is_some_and(|d| d.is_cpu_accessible())
+            .is_some_and(|d| d.is_host_accessible())
         {
             return Ok(());
         }
-        // Zero-copy on CPU-accessible memory, after the producer's event.
+        // Zero-copy on host-accessible memory, after the producer's event.
         let data = self.host_data()?;
         self.check_values(&data)
     }

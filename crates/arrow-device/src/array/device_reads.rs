@@ -37,7 +37,7 @@ pub(crate) enum After<'s> {
 /// Reads every value of `reads`, in order.
 ///
 /// # Safety
-/// Each read's `ptr` must be valid for `width` bytes: host-readable where
+/// Each read's `ptr` must be valid for `width` bytes: host-accessible where
 /// `host` is set or the device is host-accessible, device memory of
 /// `device` otherwise.
 pub(crate) unsafe fn read_values(
@@ -49,14 +49,14 @@ pub(crate) unsafe fn read_values(
     if reads.is_empty() {
         return Ok(values);
     }
-    let host_accessible = device.is_cpu_accessible();
+    let host_accessible = device.is_host_accessible();
     if let (true, After::SyncEvent(sync_event)) = (host_accessible, after) {
         sync_event.wait_host(device.as_ref())?;
     }
     let on_device = |read: &DeviceRead| !(host_accessible || read.host);
     for (value, read) in values.iter_mut().zip(reads) {
         if !on_device(read) {
-            // SAFETY: host-readable for `width` bytes, per the contract;
+            // SAFETY: host-accessible for `width` bytes, per the contract;
             // `read_value` reads unaligned.
             *value = unsafe { read_value(read.ptr, read.width) };
         }
@@ -102,7 +102,7 @@ pub(crate) unsafe fn read_values(
 /// Reads a signed native-endian integer of `width` bytes.
 ///
 /// # Safety
-/// `ptr` must be host-readable for `width` bytes (no alignment needed).
+/// `ptr` must be host-accessible for `width` bytes (no alignment needed).
 unsafe fn read_value(ptr: *const u8, width: usize) -> i64 {
     // SAFETY: guaranteed by the caller; read_unaligned has no alignment needs.
     unsafe {

@@ -214,7 +214,7 @@ enum VariadicSizes {
 impl VariadicSizes {
     fn new(sizes: Box<[i64]>, device: Option<&dyn device::Device>) -> VariadicSizes {
         let bytes = std::mem::size_of_val::<[i64]>(&sizes);
-        match device.and_then(|d| d.allocate_host_visible(bytes)) {
+        match device.and_then(|d| d.allocate_host_accessible(bytes)) {
             Some(buffer)
                 if buffer.len() >= bytes
                     && !buffer.as_ptr().is_null()

@@ -50,7 +50,7 @@ impl<'d> Importer<'d> {
     /// # Safety
     /// `array` must be a valid, non-released struct whose pointers may be
     /// followed as the C Data Interface describes (buffers are not
-    /// dereferenced on the host unless the device is CPU-accessible).
+    /// dereferenced on the host unless the device is host-accessible).
     pub(crate) unsafe fn import(
         mut self,
         array: &raw::ArrowArray,
@@ -289,7 +289,7 @@ impl<'d> Importer<'d> {
             }
             let host = self
                 .device
-                .is_some_and(|d| d.is_host_readable(sizes_ptr, n_variadic * 8));
+                .is_some_and(|d| d.is_host_accessible_at(sizes_ptr, n_variadic * 8));
             let start = self.reads.len();
             for j in 0..n_variadic {
                 node.buffers.push(RawBuf {

@@ -8,7 +8,7 @@
 //!
 //! Export turns arrow-rs data into nodes ([`Node::from_array_data`]) and nodes
 //! into C structs; import turns C structs into nodes; copies map nodes from one
-//! device's memory to another's; [`Node::to_array_data`] turns host-readable
+//! device's memory to another's; [`Node::to_array_data`] turns host-accessible
 //! nodes back into arrow-rs data.
 
 use std::ptr::NonNull;
@@ -307,13 +307,13 @@ impl Node {
         }
     }
 
-    /// Builds arrow-rs data over host-readable buffers; `wrap` turns each
+    /// Builds arrow-rs data over host-accessible buffers; `wrap` turns each
     /// non-empty buffer into an arrow-rs `Buffer` (zero-copy over an owner, or
     /// a slice of a host copy). Misaligned buffers are copied by arrow-rs'
     /// `align_buffers`, so a foreign producer's alignment never causes UB.
     ///
     /// # Safety
-    /// Every buffer must be host-readable for its `len` bytes for as long as
+    /// Every buffer must be host-accessible for its `len` bytes for as long as
     /// the buffers `wrap` returns live, and the tree must have passed import
     /// validation (arrow-rs skips its own).
     pub(crate) unsafe fn to_array_data(
@@ -409,7 +409,7 @@ fn wrap_or_empty(buffer: RawBuf, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Buf
 /// Wraps host memory kept alive by `owner` as an arrow-rs buffer.
 ///
 /// # Safety
-/// `buffer` must be host-readable for `len` bytes while `owner` lives.
+/// `buffer` must be host-accessible for `len` bytes while `owner` lives.
 pub(crate) unsafe fn wrap_owned(
     buffer: RawBuf,
     owner: &Arc<dyn arrow_buffer::alloc::Allocation>,

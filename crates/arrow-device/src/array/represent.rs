@@ -34,7 +34,7 @@ use crate::error::{Error, Path, Result};
 
 impl DeviceArray {
     /// The same data as `field`'s type: zero-copy when it already is, else
-    /// converted on the host (CPU-accessible devices only: this crate never
+    /// converted on the host (host-accessible devices only: this crate never
     /// copies between devices implicitly). The result carries `field`'s name
     /// and metadata.
     pub fn to_representation(&self, field: &Field) -> Result<DeviceArray> {
@@ -50,7 +50,7 @@ impl DeviceArray {
         if from == to {
             return Ok(self.with_field(field.clone()));
         }
-        if !self.device_type().is_cpu_accessible() {
+        if !self.device_type().is_host_accessible() {
             return Err(Error::NotSupported(format!(
                 "converting {from} to {to} happens on the host, and the array is on device type {}: copy it to the CPU first",
                 self.device_type()

@@ -176,13 +176,13 @@ pub(crate) unsafe fn copy_host_accessible(
     dst: *mut u8,
     len: usize,
 ) -> Result<()> {
-    if !src_device.is_cpu_accessible() {
+    if !src_device.is_host_accessible() {
         return Err(Error::NotSupported(format!(
             "the host cannot read {} memory directly",
             src_device.device_type()
         )));
     }
-    // SAFETY: the source is host-readable (checked above) and the caller
+    // SAFETY: the source is host-accessible (checked above) and the caller
     // guarantees both ranges are valid.
     unsafe { copy_bytes(src, dst, len) };
     Ok(())

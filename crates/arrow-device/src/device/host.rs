@@ -11,7 +11,7 @@
 //! use arrow_device::device::{self, Device};
 //!
 //! let pinned = device::lookup(DeviceType::CUDA_HOST, 0).unwrap();
-//! assert!(pinned.is_cpu_accessible());
+//! assert!(pinned.is_host_accessible());
 //! assert!(pinned.allocate(64).is_err()); // allocating needs the runtime
 //! ```
 
@@ -32,10 +32,10 @@ pub struct HostAccessibleDevice {
 }
 
 impl HostAccessibleDevice {
-    /// A handle for CPU-accessible memory of `device_type` (`None` for types
+    /// A handle for host-accessible memory of `device_type` (`None` for types
     /// whose memory the host cannot read).
     pub fn new(device_type: DeviceType, device_id: i64) -> Option<Self> {
-        (device_type.is_cpu_accessible() && device_type != DeviceType::CPU).then_some(Self {
+        (device_type.is_host_accessible() && device_type != DeviceType::CPU).then_some(Self {
             device_type,
             device_id,
         })

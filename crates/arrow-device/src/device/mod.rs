@@ -80,15 +80,15 @@ pub type DeviceRef = Arc<dyn Device>;
 ///   [`device_id`](Device::device_id) never change, and the device type's
 ///   event type is what [`Event`]s carry and what the `*_sync_event`
 ///   methods accept.
-/// * **Host access.** [`is_cpu_accessible`](Device::is_cpu_accessible)
+/// * **Host access.** [`is_host_accessible`](Device::is_host_accessible)
 ///   is `true` only if the host may read (and, for memory this device
 ///   allocated, write) its memory directly once its events have completed;
-///   [`is_host_readable`](Device::is_host_readable) is `true` only if the
-///   `len` bytes at `ptr` are host-readable.
+///   [`is_host_accessible_at`](Device::is_host_accessible_at) is `true` only if the
+///   `len` bytes at `ptr` are host-accessible.
 /// * **Memory.** A [`DeviceBuffer`] from [`allocate`](Device::allocate)
 ///   is valid for `len` bytes of device memory, aligned to 64 bytes, until
 ///   it is dropped (a zero-length one has a non-null, aligned pointer); one
-///   from [`allocate_host_visible`](Device::allocate_host_visible) is valid
+///   from [`allocate_host_accessible`](Device::allocate_host_accessible) is valid
 ///   for `len` bytes of host reads and writes (the crate checks the length
 ///   and alignment too, and falls back to the heap).
 /// * **Ordering.** Copies do what they say once the stream is synchronized
@@ -119,8 +119,8 @@ pub unsafe trait Device: Send + Sync + fmt::Debug + 'static {
 
     /// Whether the host may read this device's memory directly once its
     /// events have completed (CPU, pinned and managed memory).
-    fn is_cpu_accessible(&self) -> bool {
-        self.device_type().is_cpu_accessible()
+    fn is_host_accessible(&self) -> bool {
+        self.device_type().is_host_accessible()
     }
 
     /// Whether `len` bytes at `ptr`, a pointer found in an array of this
@@ -128,9 +128,9 @@ pub unsafe trait Device: Send + Sync + fmt::Debug + 'static {
     /// buffer of view arrays, which Arrow C++ exports in host memory even for
     /// device arrays (see the crate documentation). Implementations that can
     /// classify pointers (CUDA: `cuPointerGetAttribute`) should override it.
-    fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
+    fn is_host_accessible_at(&self, ptr: *const u8, len: usize) -> bool {
         let _ = (ptr, len);
-        self.is_cpu_accessible()
+        self.is_host_accessible()
     }
 
     /// Host memory that this device can read too, for the small host-side
@@ -139,7 +139,7 @@ pub unsafe trait Device: Send + Sync + fmt::Debug + 'static {
     /// ordinary heap memory. The CUDA devices return pinned memory, which
     /// their kernels can read as well. Failure is `None` too: the heap is
     /// always a correct fallback for host readers.
-    fn allocate_host_visible(&self, len: usize) -> Option<DeviceBuffer> {
+    fn allocate_host_accessible(&self, len: usize) -> Option<DeviceBuffer> {
         let _ = len;
         None
     }

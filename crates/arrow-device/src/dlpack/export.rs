@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 pub fn dlpack_device(array: &DeviceArray) -> Result<DLDevice> {
     array.check_hand_on(HandOn::Dlpack)?;
     let device_type = array.device_type();
-    let device_id = if device_type.is_cpu_accessible() {
+    let device_id = if device_type.is_host_accessible() {
         0
     } else {
         i32::try_from(array.device_id()).map_err(|_| {
@@ -46,12 +46,31 @@ pub fn dlpack_device(array: &DeviceArray) -> Result<DLDevice> {
     })
 }
 
+/// Which managed-tensor struct an export writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DlpackAbi {
+    /// [`DLManagedTensorVersioned`] (DLPack 1.x, flagged read-only): for
+    /// consumers that pass a `max_version` of 1.0 or more.
+    Versioned,
+    /// The legacy [`DLManagedTensor`]: for consumers that pass no
+    /// `max_version`, or one below 1.0.
+    Legacy,
+}
+
+impl DlpackAbi {
+    /// The struct a consumer asks for with `max_version` (DLPack's
+    /// `__dlpack__(max_version=...)`: `None` when it passed none).
+    pub fn for_max_version(max_version: Option<(u32, u32)>) -> DlpackAbi {
+        match max_version {
+            Some((major, _)) if major >= 1 => DlpackAbi::Versioned,
+            _ => DlpackAbi::Legacy,
+        }
+    }
+}
+
 /// Exports `array` as a DLPack tensor, zero-copy, after waiting on the host
-/// for the producer's `sync_event` ([`DeviceArray::synchronize`]).
-///
-/// `versioned` picks [`DLManagedTensorVersioned`] (DLPack 1.x, flagged
-/// read-only) or the legacy [`DLManagedTensor`] (for consumers that ask for
-/// `max_version` below 1.0).
+/// for the producer's `sync_event` ([`DeviceArray::synchronize`]), as the
+/// managed-tensor struct `abi` names.
 ///
 /// Only one-dimensional arrays of fixed-width numbers without nulls can be
 /// exported ([`dlpack_data_type`](super::dlpack_data_type) lists the types);
@@ -62,8 +81,8 @@ pub fn dlpack_device(array: &DeviceArray) -> Result<DLDevice> {
 /// reads on; a consumer-stream-ordered export (DLPack's `stream` argument,
 /// without blocking the host) can be built on
 /// [`export_dlpack_unsynchronized`].
-pub fn export_dlpack(array: &DeviceArray, versioned: bool) -> Result<DlpackTensor> {
-    let tensor = export_dlpack_unsynchronized(array, versioned)?;
+pub fn export_dlpack(array: &DeviceArray, abi: DlpackAbi) -> Result<DlpackTensor> {
+    let tensor = export_dlpack_unsynchronized(array, abi)?;
     array.synchronize()?;
     Ok(tensor)
 }
@@ -83,7 +102,7 @@ pub fn export_dlpack(array: &DeviceArray, versioned: bool) -> Result<DlpackTenso
 ///   order.
 pub fn export_dlpack_for_stream(
     array: &DeviceArray,
-    versioned: bool,
+    abi: DlpackAbi,
     stream: StreamSync,
 ) -> Result<DlpackTensor> {
     #[cfg(feature = "cuda")]
@@ -92,7 +111,7 @@ pub fn export_dlpack_for_stream(
         .filter(|d| d.device_type() == crate::abi::DeviceType::CUDA)
         .and_then(|d| crate::device::cuda::CudaDevice::of(d.as_ref()))
     {
-        let tensor = export_dlpack_unsynchronized(array, versioned)?;
+        let tensor = export_dlpack_unsynchronized(array, abi)?;
         // SAFETY: the array's own event, kept valid by the tensor's clone
         // of the array; the stream is the consumer's, which the protocol
         // makes it answer for.
@@ -102,14 +121,14 @@ pub fn export_dlpack_for_stream(
         return Ok(tensor);
     }
     let _ = stream;
-    export_dlpack(array, versioned)
+    export_dlpack(array, abi)
 }
 
 /// As [`export_dlpack`], without waiting for the producer's `sync_event`
 /// ([`DeviceArray::sync_event`]): the caller must order the consumer's reads
 /// after it, e.g. by making the consumer's stream wait on the event
 /// (`cudaStreamWaitEvent`) before handing the tensor over.
-pub fn export_dlpack_unsynchronized(array: &DeviceArray, versioned: bool) -> Result<DlpackTensor> {
+pub fn export_dlpack_unsynchronized(array: &DeviceArray, abi: DlpackAbi) -> Result<DlpackTensor> {
     let dtype = dlpack_data_type(array.data_type())?;
     let device = dlpack_device(array)?;
     check_no_nulls(array)?;
@@ -153,7 +172,7 @@ pub fn export_dlpack_unsynchronized(array: &DeviceArray, versioned: bool) -> Res
         strides: [1],
         _array: array.clone(),
     };
-    let managed = if versioned {
+    let managed = if abi == DlpackAbi::Versioned {
         Managed::Versioned(leak(
             DLManagedTensorVersioned {
                 version: DLPackVersion::CURRENT,
@@ -308,9 +327,12 @@ unsafe impl Send for DlpackTensor {}
 unsafe impl Sync for DlpackTensor {}
 
 impl DlpackTensor {
-    /// Whether this is a [`DLManagedTensorVersioned`].
-    pub fn is_versioned(&self) -> bool {
-        matches!(self.managed, Managed::Versioned(_))
+    /// Which managed-tensor struct this is.
+    pub fn abi(&self) -> DlpackAbi {
+        match self.managed {
+            Managed::Versioned(_) => DlpackAbi::Versioned,
+            Managed::Legacy(_) => DlpackAbi::Legacy,
+        }
     }
 
     /// The tensor (data pointer, device, dtype, shape and strides pointers).
@@ -357,7 +379,7 @@ impl DlpackTensor {
 
     /// Hands the versioned struct over (e.g. into a `"dltensor_versioned"`
     /// PyCapsule): its receiver must call `deleter` exactly once. A legacy
-    /// tensor is an error (and is deleted): [`is_versioned`](Self::is_versioned)
+    /// tensor is an error (and is deleted): [`abi`](Self::abi)
     /// tells which one export made.
     pub fn into_raw_versioned(self) -> Result<*mut DLManagedTensorVersioned> {
         match self.managed {

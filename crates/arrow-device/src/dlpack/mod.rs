@@ -95,7 +95,7 @@ pub use abi::{
 pub use dtype::dlpack_data_type;
 pub use export::{
     dlpack_device, export_dlpack, export_dlpack_for_stream, export_dlpack_unsynchronized,
-    DlpackTensor,
+    DlpackAbi, DlpackTensor,
 };
 pub use import::{import_dlpack, import_dlpack_versioned};
 pub use stream::{dlpack_stream, dlpack_stream_values};

@@ -143,11 +143,11 @@ impl DeviceStreamReader {
     }
 
     /// Turns the reader into an arrow-rs [`RecordBatchReader`]: zero-copy,
-    /// after each batch's `sync_event`, on CPU-accessible devices. Fails for
+    /// after each batch's `sync_event`, on host-accessible devices. Fails for
     /// other devices (see [`DeviceStreamReader::into_host_reader`]) and for
     /// streams of non-struct arrays.
     pub fn into_record_batch_reader(self) -> Result<HostBatchReader> {
-        if !self.device_type.is_cpu_accessible() {
+        if !self.device_type.is_host_accessible() {
             return Err(Error::NotSupported(format!(
                 "the stream is on device type {}, which the host cannot read: use into_host_reader to copy each batch",
                 self.device_type

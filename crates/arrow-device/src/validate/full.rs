@@ -1,4 +1,4 @@
-//! Checks of host-readable arrow-rs data, naming the node at fault: the
+//! Checks of host-accessible arrow-rs data, naming the node at fault: the
 //! structure arrow-rs builds its arrays on ([`structure`]) and every value
 //! ([`full`]).
 

@@ -2,7 +2,7 @@
 //!
 //! The structural checks (every level from [`ValidationLevel::Minimal`]) run
 //! while the importer walks the structs; [`ValidationLevel::Full`] adds the
-//! value checks of `full`, on CPU-accessible memory only: device memory is
+//! value checks of `full`, on host-accessible memory only: device memory is
 //! never read on the host.
 //!
 //! Whatever the level, two rules hold after import:
@@ -43,7 +43,7 @@ pub(crate) use full::{full, structure};
 /// | [`None`](ValidationLevel::None) | the struct is not released; nesting at most 64 deep; `length` and `offset` >= 0 and `offset + length` fits int64; `null_count` -1 or 0..=`length`; `n_buffers` and `n_children` as the type has them (views: validity, views, variadic buffers, then the sizes buffer), `buffers` / `children` / child pointers non-NULL, `dictionary` set exactly for dictionary-encoded types; every buffer the slots need is non-NULL (offsets, values, type ids, union offsets); a CPU array has a NULL `sync_event`. The sizes that depend on data are read, in one batch after the `sync_event`: string and binary first and last offsets (>= 0, first <= last, the data buffer non-NULL when the last offset is > 0) and view variadic sizes (>= 0, their buffers non-NULL when > 0) |
 /// | [`Minimal`](ValidationLevel::Minimal) | a validity buffer where `null_count` > 0; child lengths that follow from the parent's metadata: struct and sparse-union children cover `offset + length`, a fixed-size list's child `(offset + length) × size`; run-end encoding: `run_ends` and `values` of equal length, `run_ends` without nulls and non-empty when the array has slots |
 /// | [`Default`](ValidationLevel::Default) (the default) | O(1) reads of data for lists and run ends: a list's, large list's or map's first and last offsets (the child covers the last), a run-end array's last run end (covers `offset + length`) |
-/// | [`Full`](ValidationLevel::Full) | every value, on CPU-accessible memory (device memory is never read on the host): offsets monotonic and inside the data or child, list-view offsets and sizes, UTF-8, view lengths, prefixes and buffer indices, run ends increasing, dictionary keys inside the dictionary, union type ids among the declared ones, no nulls in non-nullable children, null counts |
+/// | [`Full`](ValidationLevel::Full) | every value, on host-accessible memory (device memory is never read on the host): offsets monotonic and inside the data or child, list-view offsets and sizes, UTF-8, view lengths, prefixes and buffer indices, run ends increasing, dictionary keys inside the dictionary, union type ids among the declared ones, no nulls in non-nullable children, null counts |
 ///
 /// Whatever the level, data becomes arrow-rs data only with the structure
 /// arrow-rs builds its arrays on (checked then where the level did not),
@@ -60,6 +60,6 @@ pub enum ValidationLevel {
     /// Minimal plus O(1) reads of list offsets and of the last run end.
     #[default]
     Default,
-    /// Default plus every value, on CPU-accessible memory.
+    /// Default plus every value, on host-accessible memory.
     Full,
 }

@@ -74,8 +74,8 @@ unsafe impl Device for CountingWaits {
         self
     }
 
-    fn is_cpu_accessible(&self) -> bool {
-        self.host_accessible || self.inner.is_cpu_accessible()
+    fn is_host_accessible(&self) -> bool {
+        self.host_accessible || self.inner.is_host_accessible()
     }
 
     unsafe fn synchronize_sync_event(&self, sync_event: *mut c_void) -> Result<()> {

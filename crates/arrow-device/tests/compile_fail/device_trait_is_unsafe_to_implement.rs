@@ -1,4 +1,4 @@
-// The crate writes into what `allocate` and `allocate_host_visible` return
+// The crate writes into what `allocate` and `allocate_host_accessible` return
 // and trusts every wait: a `Device` is an `unsafe impl`, and so are the
 // handles it hands out.
 use std::any::Any;

@@ -12,7 +12,7 @@
 //! let found = PointerMemoryType::from_attributes(2, false, 1);
 //! assert_eq!(found, PointerMemoryType::Device { device_ordinal: 1 });
 //! assert_eq!(found.device(), Some((DeviceType::CUDA, 1)));
-//! assert!(!found.is_host_readable());
+//! assert!(!found.is_host_accessible());
 //! ```
 
 use std::ffi::c_void;
@@ -57,7 +57,7 @@ impl MemoryKind {
     }
 
     /// Whether the host may read this memory (after the array's event).
-    pub fn is_cpu_accessible(self) -> bool {
+    pub fn is_host_accessible(self) -> bool {
         !matches!(self, MemoryKind::Device)
     }
 }
@@ -136,7 +136,7 @@ impl PointerMemoryType {
 
     /// Whether the host may dereference the pointer (device memory and
     /// unknown types: no).
-    pub fn is_host_readable(self) -> bool {
+    pub fn is_host_accessible(self) -> bool {
         matches!(
             self,
             PointerMemoryType::Unregistered

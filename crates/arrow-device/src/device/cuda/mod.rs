@@ -300,18 +300,18 @@ unsafe impl Device for CudaDevice {
         self.context.ordinal().into()
     }
 
-    fn is_cpu_accessible(&self) -> bool {
-        self.kind.is_cpu_accessible()
+    fn is_host_accessible(&self) -> bool {
+        self.kind.is_host_accessible()
     }
 
-    /// Pinned and managed memory are host-readable. For device memory the
+    /// Pinned and managed memory are host-accessible. For device memory the
     /// driver classifies the pointer: the variadic-sizes buffer of a view
     /// array exported by Arrow C++ or this crate is ordinary host memory.
-    fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
-        if len == 0 || self.kind.is_cpu_accessible() {
+    fn is_host_accessible_at(&self, ptr: *const u8, len: usize) -> bool {
+        if len == 0 || self.kind.is_host_accessible() {
             return true;
         }
-        memory::classify(&self.context, ptr.cast()).is_ok_and(|t| t.is_host_readable())
+        memory::classify(&self.context, ptr.cast()).is_ok_and(|t| t.is_host_accessible())
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -337,7 +337,7 @@ unsafe impl Device for CudaDevice {
     /// Pinned host memory (`cuMemHostAlloc`, portable): the variadic-sizes
     /// buffer of an exported view array is readable by the consumer's host
     /// code (as Arrow C++ expects) and by kernels on any GPU.
-    fn allocate_host_visible(&self, len: usize) -> Option<DeviceBuffer> {
+    fn allocate_host_accessible(&self, len: usize) -> Option<DeviceBuffer> {
         let allocation =
             Allocation::new(Arc::clone(&self.context), MemoryKind::Pinned, len.max(1)).ok()?;
         let ptr = allocation.ptr();

@@ -390,17 +390,17 @@ unsafe impl Device for EmulatedDevice {
         self.id
     }
 
-    fn is_cpu_accessible(&self) -> bool {
+    fn is_host_accessible(&self) -> bool {
         false
     }
 
     /// Host memory (anything that is not emulated device memory) is
-    /// host-readable: that is where the variadic-sizes buffer of view arrays
+    /// host-accessible: that is where the variadic-sizes buffer of view arrays
     /// lives when Arrow C++ or this crate exports them.
-    fn is_host_readable(&self, ptr: *const u8, len: usize) -> bool {
+    fn is_host_accessible_at(&self, ptr: *const u8, len: usize) -> bool {
         len == 0
             || memory::lock()
-                .host_range(self.id, ptr as usize, len, "is_host_readable")
+                .host_range(self.id, ptr as usize, len, "is_host_accessible_at")
                 .is_ok()
     }
 

@@ -183,7 +183,7 @@ fn strict_round_trip_host_to_device_to_host() {
     let device = device(0, true, 0);
     assert_eq!(device.device_type(), DeviceType::EXT_DEV);
     assert_eq!(device.device_id(), 0);
-    assert!(!device.is_cpu_accessible());
+    assert!(!device.is_host_accessible());
     let data = pattern(10_000, 7);
     let buf = device.allocate(data.len()).unwrap();
     assert_eq!(buf.len(), data.len());
