@@ -133,9 +133,7 @@ impl CudaArrayInterface {
         };
         let version_key = key(prefix, "version");
         let version = match required("version")? {
-            Value::Int(v) => {
-                u32::try_from(*v).map_err(|_| super::plan::unsupported_version(&version_key, v))?
-            }
+            Value::Int(v) => u32::try_from(*v).map_err(|_| unsupported_version(&version_key, v))?,
             other => return Err(wrong_type(&version_key, "an int", other)),
         };
         let strides = optional("strides")
@@ -257,5 +255,14 @@ pub(super) fn structured(key: &str) -> Error {
     Error::NotSupported(format!(
         "{key}: describes a structured (record) type; an Arrow array from the CUDA Array \
          Interface holds one plain value per element (descr absent, None or [('', typestr)])"
+    ))
+}
+
+/// A version this consumer does not read.
+pub(super) fn unsupported_version(version_key: &str, version: impl std::fmt::Display) -> Error {
+    Error::NotSupported(format!(
+        "{version_key}: version {version} is not supported: this consumer reads versions 2 and 3 \
+         (versions 0 and 1 left strides None and zero-size arrays undefined; a later version may \
+         add entries this consumer would not honour)"
     ))
 }

@@ -2,12 +2,11 @@
 //! [`ImportPlan`], and the array a plan describes ([`import`]).
 
 use std::any::Any;
-use std::fmt::Display;
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field};
 
-use super::entries::structured;
+use super::entries::{structured, unsupported_version};
 use super::typestr::{self, Element};
 use super::{invalid, key, CudaArrayInterface, ROOT};
 use crate::array::node::{Node, RawBuf};
@@ -224,15 +223,6 @@ fn stream_sync(stream: Option<u64>, stream_key: &str) -> Result<StreamSync> {
         Some(2) => StreamSync::PerThread,
         Some(handle) => StreamSync::Handle(handle),
     })
-}
-
-/// A version this consumer does not read.
-pub(super) fn unsupported_version(version_key: &str, version: impl Display) -> Error {
-    Error::NotSupported(format!(
-        "{version_key}: version {version} is not supported: this consumer reads versions 2 and 3 \
-         (versions 0 and 1 left strides None and zero-size arrays undefined; a later version may \
-         add entries this consumer would not honour)"
-    ))
 }
 
 /// The array `plan` describes on `device`, zero-copy: its values buffer is

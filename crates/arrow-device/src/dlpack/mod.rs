@@ -11,16 +11,14 @@
 //!
 //! ```
 //! use arrow_array::{Array, Float32Array};
-//! use arrow_device::dlpack::{export_dlpack, import_dlpack_versioned};
-//! use arrow_device::{export_array, DeviceArray, DeviceType, ValidationLevel};
+//! use arrow_device::dlpack::{export_dlpack, import_dlpack_versioned, DlpackAbi};
+//! use arrow_device::{DeviceArray, DeviceType};
 //!
 //! let values = Float32Array::from(vec![0.5, 1.5, 2.5, 3.5]);
-//! let (c_array, c_schema) = export_array(&values).unwrap();
-//! // SAFETY: the structs come from this crate's exporter.
-//! let array = unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }.unwrap();
+//! let array = DeviceArray::from_array(&values);
 //!
 //! // Producer: a read-only DLPack 1.1 tensor over the same memory.
-//! let tensor = export_dlpack(&array.slice(1, 3).unwrap(), true).unwrap();
+//! let tensor = export_dlpack(&array.slice(1, 3).unwrap(), DlpackAbi::Versioned).unwrap();
 //! assert_eq!(tensor.shape(), [3]);
 //! assert_eq!((tensor.dl_tensor().device.device_type, tensor.dl_tensor().device.device_id), (DeviceType::CPU, 0));
 //! let raw = tensor.into_raw_versioned().unwrap();
