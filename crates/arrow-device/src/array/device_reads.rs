@@ -45,10 +45,10 @@ pub(crate) unsafe fn read_values(
     after: After<'_>,
     reads: &[DeviceRead],
 ) -> Result<SmallVec<[i64; 4]>> {
-    let mut values: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; reads.len()];
     if reads.is_empty() {
-        return Ok(values);
+        return Ok(SmallVec::new());
     }
+    let mut values: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; reads.len()];
     let host_accessible = device.is_host_accessible();
     if let (true, After::SyncEvent(sync_event)) = (host_accessible, after) {
         sync_event.wait_host(device.as_ref())?;

@@ -310,8 +310,11 @@ impl<'d> Importer<'d> {
             }
         }
 
-        // Children.
-        let mut children = Vec::with_capacity(expected_children);
+        // Children (a leaf allocates nothing).
+        let mut children = Vec::new();
+        if expected_children > 0 {
+            children.reserve_exact(expected_children);
+        }
         for i in 0..expected_children {
             let Some(child_field) = layout::child_field(data_type, i) else {
                 break; // `expected_children` counts exactly these fields
@@ -328,7 +331,9 @@ impl<'d> Importer<'d> {
                 unsafe { self.walk(child, child_field.data_type(), &child_path, depth + 1) }?;
             children.push(child_node);
         }
-        node.children = Children::from(children);
+        if !children.is_empty() {
+            node.children = Children::from(children);
+        }
         if let DataType::Dictionary(_, value_type) = data_type {
             let dict_path = path.dictionary();
             // SAFETY: non-NULL (checked above) and part of a valid struct.
