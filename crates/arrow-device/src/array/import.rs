@@ -310,28 +310,25 @@ impl<'d> Importer<'d> {
             }
         }
 
-        // Children (a leaf allocates nothing).
-        let mut children = Vec::new();
+        // Children (a leaf has none to allocate).
         if expected_children > 0 {
-            children.reserve_exact(expected_children);
-        }
-        for i in 0..expected_children {
-            let Some(child_field) = layout::child_field(data_type, i) else {
-                break; // `expected_children` counts exactly these fields
-            };
-            // SAFETY: children is non-NULL with n_children entries (checked).
-            let child_ptr = unsafe { *array.children.add(i) };
-            let child_path = child_path(path, data_type, i);
-            // SAFETY: a non-NULL child pointer of a valid struct.
-            let Some(child) = (unsafe { child_ptr.as_ref() }) else {
-                return Err(Error::invalid(&child_path, "child pointer is NULL"));
-            };
-            // SAFETY: forwarded from the caller.
-            let child_node =
-                unsafe { self.walk(child, child_field.data_type(), &child_path, depth + 1) }?;
-            children.push(child_node);
-        }
-        if !children.is_empty() {
+            let mut children = Vec::with_capacity(expected_children);
+            for i in 0..expected_children {
+                let Some(child_field) = layout::child_field(data_type, i) else {
+                    break; // `expected_children` counts exactly these fields
+                };
+                // SAFETY: children is non-NULL with n_children entries (checked).
+                let child_ptr = unsafe { *array.children.add(i) };
+                let child_path = child_path(path, data_type, i);
+                // SAFETY: a non-NULL child pointer of a valid struct.
+                let Some(child) = (unsafe { child_ptr.as_ref() }) else {
+                    return Err(Error::invalid(&child_path, "child pointer is NULL"));
+                };
+                // SAFETY: forwarded from the caller.
+                let child_node =
+                    unsafe { self.walk(child, child_field.data_type(), &child_path, depth + 1) }?;
+                children.push(child_node);
+            }
             node.children = Children::from(children);
         }
         if let DataType::Dictionary(_, value_type) = data_type {
@@ -537,11 +534,16 @@ fn resolve(node: &mut Node, values: &[i64], level: ValidationLevel, path: &Path<
     if node.children.is_empty() && node.dictionary.is_none() {
         return Ok(());
     }
-    let data_type = node.data_type.clone();
-    for (i, child) in node.children.make_mut().iter_mut().enumerate() {
-        resolve(child, values, level, &child_path(path, &data_type, i))?;
+    let Node {
+        data_type,
+        children,
+        dictionary,
+        ..
+    } = node;
+    for (i, child) in children.make_mut().iter_mut().enumerate() {
+        resolve(child, values, level, &child_path(path, data_type, i))?;
     }
-    if let Some(dictionary) = &mut node.dictionary {
+    if let Some(dictionary) = dictionary {
         resolve(Arc::make_mut(dictionary), values, level, &path.dictionary())?;
     }
     Ok(())

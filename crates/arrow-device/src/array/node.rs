@@ -60,22 +60,18 @@ pub(crate) enum Pending {
 
 /// A node's children, shared: cloning a node (a slice, a child handle, a
 /// trimmed copy) copies one level, never the subtree below it. A leaf holds
-/// no allocation.
+/// no allocation; a parent one small one beside its children's `Vec`
+/// (an `Arc<[Node]>` would copy the nodes out of the `Vec` the import
+/// builds).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Children(Option<Arc<[Node]>>);
+pub(crate) struct Children(Option<Arc<Vec<Node>>>);
 
 impl Children {
     /// The children to change, copied first if another tree shares them.
     pub(crate) fn make_mut(&mut self) -> &mut [Node] {
         match &mut self.0 {
             None => &mut [],
-            Some(shared) => {
-                if Arc::get_mut(shared).is_none() {
-                    *shared = shared.iter().cloned().collect();
-                }
-                // Unique now: just made so, or already.
-                Arc::get_mut(shared).map_or(&mut [], |nodes| nodes)
-            }
+            Some(shared) => Arc::make_mut(shared).as_mut_slice(),
         }
     }
 }
@@ -84,13 +80,13 @@ impl std::ops::Deref for Children {
     type Target = [Node];
 
     fn deref(&self) -> &[Node] {
-        self.0.as_deref().unwrap_or(&[])
+        self.0.as_deref().map_or(&[], Vec::as_slice)
     }
 }
 
 impl From<Vec<Node>> for Children {
     fn from(nodes: Vec<Node>) -> Self {
-        Children((!nodes.is_empty()).then(|| Arc::from(nodes)))
+        Children((!nodes.is_empty()).then(|| Arc::new(nodes)))
     }
 }
 
