@@ -193,6 +193,12 @@ impl PyDeviceArray {
         self.inner.len()
     }
 
+    /// A zero-copy slice of `length` values from `offset` (as pyarrow's
+    /// `Array.slice`, but both are required); `IndexError` past the end.
+    fn slice(&self, offset: usize, length: usize) -> PyResult<PyDeviceArray> {
+        guard(|| Ok(PyDeviceArray::new(self.inner.slice(offset, length).py()?)))
+    }
+
     /// The array on `device`, copied there if it is not already (the copy's
     /// completion travels as the new array's `sync_event`).
     fn to(&self, py: Python<'_>, device: PyRef<'_, PyDevice>) -> PyResult<PyDeviceArray> {

@@ -672,3 +672,18 @@ def test_bad_calls_raise_exceptions_never_panics(call):
         assert str(error), "the message must say what is wrong"
     else:
         pytest.fail("expected an error")
+
+
+def test_a_slice_is_zero_copy_and_one_past_the_end_is_an_index_error():
+    a = ad.array(pa.array([1, 2, None, 4], pa.int64()))
+    s = a.slice(1, 2)
+    assert (len(s), s.offset, s.null_count) == (2, 1, None)
+    assert pa.array(s).to_pylist() == [2, None]
+    on_device = emulated_array(pa.record_batch({"v": pa.array([1, 2, 3], pa.int32())}))
+    assert pa.array(on_device.slice(1, 2).to(ad.cpu())).to_pylist() == [{"v": 2}, {"v": 3}]
+    with pytest.raises(IndexError, match=r"^slice 3\.\.5 of an array of length 4$"):
+        a.slice(3, 2)
+    with pytest.raises(IndexError):
+        a.slice(5, 0)
+    with pytest.raises(OverflowError):
+        a.slice(-1, 1)

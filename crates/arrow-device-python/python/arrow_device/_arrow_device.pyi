@@ -63,6 +63,9 @@ class DeviceArray:
     @property
     def offset(self) -> int: ...
     def __len__(self) -> int: ...
+    def slice(self, offset: int, length: int) -> "DeviceArray":
+        """A zero-copy slice of ``length`` values from ``offset``;
+        IndexError past the end."""
     def to(self, device: Device) -> "DeviceArray":
         """The array on ``device``, copied if it is elsewhere."""
     def __arrow_c_device_array__(
