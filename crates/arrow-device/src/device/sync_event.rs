@@ -140,7 +140,9 @@ mod tests {
         sync.wait_host(device.as_ref()).unwrap();
         assert!(!sync.is_pending());
         // The event is destroyed: a second wait would be refused by the
-        // emulated device, so it must not reach it.
+        // emulated device (it looks event pointers up in its registry, so a
+        // stale one is an error, never a dereference), so it must not reach
+        // it.
         drop(event);
         sync.wait_host(device.as_ref()).unwrap();
         sync.order_stream(device.as_ref(), &stream).unwrap();
