@@ -308,3 +308,22 @@ fn pointer_attributes_classify_into_device_types() {
         assert_eq!(found.is_host_accessible(), host_readable, "{case}");
     }
 }
+
+#[test]
+fn ordering_a_non_cuda_array_after_a_cuda_stream_is_not_supported_naming_its_device() {
+    let array = DeviceArray::from_array(&Int32Array::from(vec![1, 2]));
+    // SAFETY: no stream is touched: the CPU device is refused first.
+    let err = unsafe { array.ordered_after_stream(device::StreamSync::Legacy) }.unwrap_err();
+    assert!(matches!(err, Error::NotSupported(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "not supported: device type CPU id -1 is not a CUDA device of this crate"
+    );
+    // StreamSync::None asks for no ordering: the array comes back as it is.
+    // SAFETY: as above; nothing is recorded.
+    let same = unsafe { array.ordered_after_stream(device::StreamSync::None) }.unwrap();
+    assert_eq!(
+        same.to_host().unwrap().as_ref(),
+        &Int32Array::from(vec![1, 2]) as &dyn Array
+    );
+}

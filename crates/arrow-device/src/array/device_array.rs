@@ -759,14 +759,7 @@ impl DeviceArray {
         if stream == crate::device::StreamSync::None {
             return Ok(self.clone());
         }
-        let device = self.require_device()?;
-        let cuda = crate::device::cuda::CudaDevice::of(device.as_ref()).ok_or_else(|| {
-            Error::NotSupported(format!(
-                "cannot order an array on {} device {} after a CUDA stream: its device is not \
-                 a CUDA device of this crate",
-                self.storage.device_type, self.storage.device_id
-            ))
-        })?;
+        let cuda = crate::device::cuda::CudaDevice::require(self.require_device()?.as_ref())?;
         // SAFETY: the stream is live, per this function's contract.
         let Some(event) = (unsafe { cuda.record_on_protocol_stream(stream) })? else {
             return Ok(self.clone());

@@ -73,17 +73,6 @@ pub struct CaiMask {
     pub bytes: DeviceArray,
 }
 
-/// The CUDA device behind `device`, which must be one.
-fn cuda_of(device: &DeviceRef) -> Result<&CudaDevice> {
-    CudaDevice::of(device.as_ref()).ok_or_else(|| {
-        Error::NotSupported(format!(
-            "device type {} id {} is not implemented by the CUDA device",
-            device.device_type(),
-            device.device_id()
-        ))
-    })
-}
-
 /// The CUDA device whose memory `ptr` is (an interface's `data` pointer,
 /// named `entry` in messages); GPU 0's device memory for a zero-size array,
 /// which has no pointer to ask about.
@@ -165,7 +154,7 @@ pub unsafe fn import_cai(
     owner: Arc<dyn Any + Send + Sync>,
 ) -> Result<DeviceArray> {
     let device = device_of(plan.data_ptr, "__cuda_array_interface__['data']")?;
-    let cuda = cuda_of(&device)?;
+    let cuda = CudaDevice::require(device.as_ref())?;
     if let Some(mask) = &plan.mask {
         let mask_device = device_of(mask.data_ptr, "__cuda_array_interface__['mask']['data']")?;
         if plan.len > 0 && mask_device.device_id() != device.device_id() {

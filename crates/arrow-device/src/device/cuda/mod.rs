@@ -228,6 +228,18 @@ impl CudaDevice {
         device.as_any().downcast_ref::<CudaDevice>()
     }
 
+    /// As [`CudaDevice::of`], for callers that need one:
+    /// [`Error::NotSupported`] naming the device otherwise.
+    pub fn require(device: &dyn Device) -> Result<&CudaDevice> {
+        CudaDevice::of(device).ok_or_else(|| {
+            Error::NotSupported(format!(
+                "device type {} id {} is not a CUDA device of this crate",
+                device.device_type(),
+                device.device_id()
+            ))
+        })
+    }
+
     /// The kind of memory this device allocates.
     pub fn memory_kind(&self) -> MemoryKind {
         self.kind

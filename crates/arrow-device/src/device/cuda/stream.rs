@@ -131,11 +131,8 @@ impl CudaStream {
     /// `event` is live until this call returns (it may belong to any
     /// context).
     pub(super) unsafe fn wait_event(&self, what: &str, event: RawEvent) -> Result<(), Failure> {
-        let stream = self.stream;
-        self.context.run(what, || {
-            // SAFETY: a live stream; the event is live per the caller.
-            unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }.result()
-        })
+        // SAFETY: a live stream of this context; the event per the caller.
+        unsafe { stream_wait_event(&self.context, what, self.stream, event) }
     }
 
     /// Blocks the host until the work queued on this stream has completed
@@ -327,11 +324,27 @@ impl ProtocolStream {
         what: &str,
         event: RawEvent,
     ) -> Result<(), Failure> {
-        context.run(what, || {
-            // SAFETY: per the caller.
-            unsafe { sys::cuStreamWaitEvent(self.0, event.0, 0) }.result()
-        })
+        // SAFETY: per the caller.
+        unsafe { stream_wait_event(context, what, self.0, event) }
     }
+}
+
+/// `cuStreamWaitEvent(stream, event)` with `context` current: the one call
+/// behind both kinds of stream's `wait_event`.
+///
+/// # Safety
+/// `stream` is live (a stream of `context`, or 1 or 2) and so is `event`
+/// until this call returns.
+unsafe fn stream_wait_event(
+    context: &Context,
+    what: &str,
+    stream: sys::CUstream,
+    event: RawEvent,
+) -> Result<(), Failure> {
+    context.run(what, || {
+        // SAFETY: per this function's contract.
+        unsafe { sys::cuStreamWaitEvent(stream, event.0, 0) }.result()
+    })
 }
 
 #[cfg(test)]
