@@ -193,14 +193,16 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
             level,
             index: 0,
         };
+        let (field, device_type) = (first.field().clone(), first.device_type());
+        let batches = check_arrays(
+            field.data_type().clone(),
+            device_type,
+            std::iter::once(Ok(first)).chain(rest),
+        );
         Ok(PyDeviceStream {
-            field: first.field().clone(),
-            device_type: first.device_type(),
-            batches: Mutex::new(Some(Box::new(check_arrays(
-                first.field().data_type().clone(),
-                first.device_type(),
-                std::iter::once(Ok(first.clone())).chain(rest),
-            )))),
+            field,
+            device_type,
+            batches: Mutex::new(Some(Box::new(batches))),
             raised,
         })
     })
