@@ -10,7 +10,10 @@
 //!
 //! Everything a tree points to (buffer bytes, buffer-pointer arrays,
 //! child-pointer arrays, child structs, strings, metadata) is owned by one
-//! boxed `private_data` of the root. The root's release callback releases
+//! boxed `private_data` of the root. Each buffer is an allocation of
+//! exactly its bytes (aligned to 64), so that AddressSanitizer reports a read
+//! one byte past a buffer; [`Case::build_with`] places them elsewhere (on a
+//! device) instead. The root's release callback releases
 //! the children still live (spec: "Release callback semantics -- for
 //! producers"), frees exactly what was allocated and counts the call in a
 //! shared [`Counters`], so a test can assert that each root was released
@@ -31,6 +34,8 @@
 //! unit tests compile this file and `release.rs` through `#[path]`, so both
 //! depend on nothing but `arrow_device`, std and each other.
 
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::any::Any;
 use std::ffi::{c_char, c_void, CString};
 use std::ptr::{null, null_mut};
 use std::sync::Arc;
@@ -180,12 +185,55 @@ impl Case {
 
     /// Builds the C structs of a CPU array.
     pub fn build(&self) -> Built {
+        self.build_with(&mut place_on_host)
+    }
+
+    /// Builds the C structs with every non-NULL buffer placed by `place`
+    /// (device memory, say), which returns the pointer to hand out and what
+    /// keeps the memory alive until the root is released. The result says
+    /// CPU: the caller sets `device_type`, `device_id` and `sync_event`.
+    pub fn build_with(&self, place: &mut dyn FnMut(&[u8]) -> Placed) -> Built {
         let counters = Arc::new(Counters::default());
         Built {
-            array: build_array(&self.array, counters.clone()),
+            array: build_array(&self.array, counters.clone(), place),
             schema: build_schema(&self.schema, counters.clone()),
             counters,
         }
+    }
+}
+
+/// A buffer placed by [`Case::build_with`]'s `place`.
+pub struct Placed {
+    pub ptr: *const c_void,
+    /// Dropped when the root array is released.
+    pub keep: Box<dyn Any>,
+}
+
+/// Host memory of exactly a buffer's bytes, aligned to 64.
+struct HostBytes {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Drop for HostBytes {
+    fn drop(&mut self) {
+        // SAFETY: allocated in place_on_host with this layout, freed once.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// The default placement: a host allocation of exactly `bytes.len()` bytes
+/// (one byte for an empty buffer, so that it is a real allocation).
+pub fn place_on_host(bytes: &[u8]) -> Placed {
+    let layout = Layout::from_size_align(bytes.len().max(1), 64).expect("a test-sized buffer");
+    // SAFETY: the layout's size is non-zero.
+    let ptr = unsafe { alloc_zeroed(layout) };
+    assert!(!ptr.is_null(), "out of memory for a test buffer");
+    // SAFETY: `ptr` has at least `bytes.len()` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+    Placed {
+        ptr: ptr.cast_const().cast(),
+        keep: Box::new(HostBytes { ptr, layout }),
     }
 }
 
@@ -253,8 +301,8 @@ pub fn metadata_blob(pairs: &[(&str, &str)]) -> Vec<u8> {
 /// Everything an array tree points to, owned by the root.
 struct ArrayPrivate {
     counters: Arc<Counters>,
-    /// Buffer bytes, in 8-byte words so that every buffer is aligned.
-    data: Vec<Vec<u64>>,
+    /// What keeps each buffer's memory alive (see [`Placed`]).
+    data: Vec<Box<dyn Any>>,
     buffer_ptrs: Vec<Vec<*const c_void>>,
     child_ptrs: Vec<Vec<*mut raw::ArrowArray>>,
     /// Every non-root struct (children and dictionaries), from Box::into_raw.
@@ -270,7 +318,11 @@ impl Drop for ArrayPrivate {
     }
 }
 
-fn build_array(node: &ArrayNode, counters: Arc<Counters>) -> ArrowDeviceArray {
+fn build_array(
+    node: &ArrayNode,
+    counters: Arc<Counters>,
+    place: &mut dyn FnMut(&[u8]) -> Placed,
+) -> ArrowDeviceArray {
     let mut private = Box::new(ArrayPrivate {
         counters,
         data: Vec::new(),
@@ -278,7 +330,7 @@ fn build_array(node: &ArrayNode, counters: Arc<Counters>) -> ArrowDeviceArray {
         child_ptrs: Vec::new(),
         nodes: Vec::new(),
     });
-    let mut root = array_struct(node, &mut private);
+    let mut root = array_struct(node, &mut private, place);
     root.release = Some(release_array);
     root.private_data = Box::into_raw(private).cast();
     if node.released {
@@ -299,34 +351,28 @@ fn build_array(node: &ArrayNode, counters: Arc<Counters>) -> ArrowDeviceArray {
 }
 
 /// The struct of `node`; children and dictionary are allocated into `owner`.
-fn array_struct(node: &ArrayNode, owner: &mut ArrayPrivate) -> raw::ArrowArray {
+fn array_struct(
+    node: &ArrayNode,
+    owner: &mut ArrayPrivate,
+    place: &mut dyn FnMut(&[u8]) -> Placed,
+) -> raw::ArrowArray {
     let mut buffer_ptrs: Vec<*const c_void> = Vec::with_capacity(node.buffers.len());
     for buffer in &node.buffers {
         buffer_ptrs.push(match buffer {
             None => null(),
             Some(bytes) => {
-                // At least one word, so that an empty buffer is a real allocation.
-                let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
-                // SAFETY: `words` has at least `bytes.len()` bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        bytes.as_ptr(),
-                        words.as_mut_ptr().cast::<u8>(),
-                        bytes.len(),
-                    )
-                };
-                let ptr = words.as_ptr().cast::<c_void>();
-                owner.data.push(words);
-                ptr
+                let placed = place(bytes);
+                owner.data.push(placed.keep);
+                placed.ptr
             }
         });
     }
     let mut child_ptrs: Vec<*mut raw::ArrowArray> = Vec::with_capacity(node.children.len());
     for child in &node.children {
-        child_ptrs.push(owned_array_node(child, owner));
+        child_ptrs.push(owned_array_node(child, owner, place));
     }
     let dictionary = match &node.dictionary {
-        Some(dictionary) => owned_array_node(dictionary, owner),
+        Some(dictionary) => owned_array_node(dictionary, owner, place),
         None => null_mut(),
     };
     let buffers = if buffer_ptrs.is_empty() {
@@ -355,8 +401,12 @@ fn array_struct(node: &ArrayNode, owner: &mut ArrayPrivate) -> raw::ArrowArray {
     }
 }
 
-fn owned_array_node(node: &ArrayNode, owner: &mut ArrayPrivate) -> *mut raw::ArrowArray {
-    let mut child = array_struct(node, owner);
+fn owned_array_node(
+    node: &ArrayNode,
+    owner: &mut ArrayPrivate,
+    place: &mut dyn FnMut(&[u8]) -> Placed,
+) -> *mut raw::ArrowArray {
+    let mut child = array_struct(node, owner, place);
     if !node.released {
         child.release = Some(release_array_child);
     }
