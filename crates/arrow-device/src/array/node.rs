@@ -249,7 +249,14 @@ impl Node {
     }
 
     /// This node restricted to `len` slots from `skip`, then trimmed.
+    ///
+    /// A child shorter than its parent's window (a structural defect that
+    /// imports below level minimal accept) keeps a window inside its own
+    /// slots, empty at its end: its buffers are sized for those slots
+    /// only, and the structure check that turns the tree into arrow-rs data
+    /// then reports the short child.
     fn window(&self, skip: usize, len: usize) -> Node {
+        let skip = skip.min(self.len);
         let mut node = self.clone();
         node.offset += skip;
         node.len = len.min(self.len.saturating_sub(skip));

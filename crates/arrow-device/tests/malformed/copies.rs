@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BinaryArray, LargeStringArray, StringArray};
 use arrow_device::{export_array_to, DeviceArray, ValidationLevel};
 
-use super::{expect_ok, FULL};
+use super::{expect_ok, FULL, NONE};
 use crate::common::producer::*;
 use crate::common::{assert_same, emulated};
 
@@ -116,6 +116,45 @@ fn a_large_string_slice_of_a_device_array_copies_back_equal_at_every_offset() {
                 array.slice(offset, len).as_ref(),
                 back.as_ref(),
             );
+        }
+    }
+}
+
+/// A struct whose child is shorter than the struct's `offset + length`
+/// (accepted at level none, which does not compare lengths): the copy to a
+/// device trims the child to the struct's window, which starts past the
+/// child's end. Found by the `array_import` fuzz target: the trimmed child
+/// had a bit offset its empty bitmap could not hold, and building arrow-rs
+/// data from it panicked inside arrow-rs. Now every way to the host is a
+/// clean structure error.
+#[test]
+fn a_struct_child_shorter_than_the_struct_window_copies_without_a_panic() {
+    let device = emulated(0);
+    let mut child = ArrayNode::new(
+        7,
+        2,
+        vec![
+            bitmap(&[true, false, true, true, false, true, true]),
+            i32s(&[1, 2, 3, 4, 5, 6, 7]),
+        ],
+    );
+    child.offset = 1;
+    let mut parent = ArrayNode::new(7, 0, vec![None]).with_children(vec![child]);
+    parent.offset = 9;
+    let case = Case::new(
+        parent,
+        SchemaNode::new("+s", "s").with_children(vec![SchemaNode::new("i", "a")]),
+    );
+    let on_cpu = expect_ok(case.build(), NONE);
+    let err = on_cpu
+        .to_host()
+        .expect_err("the child does not cover the struct");
+    assert!(err.to_string().contains("child"), "{err}");
+    match on_cpu.to_device(&device) {
+        Err(e) => assert!(e.to_string().contains("child"), "{e}"),
+        Ok(on_device) => {
+            let err = on_device.to_host().expect_err("the copy keeps the defect");
+            assert!(err.to_string().contains("child"), "{err}");
         }
     }
 }
