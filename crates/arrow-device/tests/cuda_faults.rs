@@ -60,10 +60,11 @@ use arrow_device::dlpack::{export_dlpack_for_stream, DlpackAbi};
 use arrow_device::{export_array_to, DeviceArray, Result, ValidationLevel};
 use cudarc::driver::sys::{self, CUresult};
 
-use common::assert_same;
 use common::gpu::interface::{plan, values_ptr};
 use common::gpu::standin::{self, Counts};
 use common::gpu::{counter, cuda_device};
+use common::producer::{i32s, ArrayNode, Case, SchemaNode};
+use common::{assert_same, build_on_device};
 
 // ---------------------------------------------------------------------------
 // Running each test in a child process
@@ -1059,6 +1060,91 @@ fn cu_memcpy_peer_async() {
             },
         );
     });
+}
+
+/// Before a copy allocates, it asks `cuMemGetAddressRange` whether each
+/// buffer lies inside its allocation. Whatever that call fails with, the
+/// device cannot tell, and the copy goes ahead: a driver that cannot
+/// describe memory never gets valid data refused.
+#[test]
+fn cu_mem_get_address_range_failure_lets_the_copy_go_ahead() {
+    isolated(
+        "cu_mem_get_address_range_failure_lets_the_copy_go_ahead",
+        &[],
+        || {
+            let ints = ints_with_nulls();
+            let on_gpu = export_import(&ints, &cuda_device(DeviceType::CUDA)).unwrap();
+            let checks = calls("cuMemGetAddressRange_v2");
+            assert_same("the values", &ints, on_gpu.to_host().unwrap().as_ref());
+            assert_eq!(
+                calls("cuMemGetAddressRange_v2") - checks,
+                2,
+                "one check per buffer (validity, values), each inside its allocation"
+            );
+            for code in [
+                CUresult::CUDA_ERROR_NOT_FOUND,
+                CUresult::CUDA_ERROR_INVALID_VALUE,
+                CUresult::CUDA_ERROR_INVALID_CONTEXT,
+                CUresult::CUDA_ERROR_UNKNOWN,
+            ] {
+                // The validity buffer's check, then the values buffer's.
+                for nth in [1, 2] {
+                    let fault = Fault::new("cuMemGetAddressRange_v2", nth, code);
+                    let before = settled();
+                    let back = armed(&fault, || on_gpu.to_host())
+                        .unwrap_or_else(|e| panic!("{fault}: the copy was refused: {e}"));
+                    assert_same(&fault.to_string(), &ints, back.as_ref());
+                    drop(back);
+                    assert_back_to(&format!("after {fault}"), &before, NOTHING);
+                }
+            }
+        },
+    );
+}
+
+/// A claim past its allocation (a million int32 values over 100) is
+/// refused by the check; when the check cannot tell (its look-up past the
+/// allocation's end fails), the copy goes ahead and fails where the driver
+/// refuses to read past the allocation, as it did before the check: an
+/// error, nothing left behind.
+#[test]
+fn cu_mem_get_address_range_failure_past_an_allocation_leaves_the_refusal_to_the_copy() {
+    isolated(
+        "cu_mem_get_address_range_failure_past_an_allocation_leaves_the_refusal_to_the_copy",
+        &[],
+        || {
+            let gpu = cuda_device(DeviceType::CUDA);
+            let case = Case::new(
+                ArrayNode::new(
+                    1_000_000,
+                    0,
+                    vec![None, i32s(&(0..100).collect::<Vec<_>>())],
+                ),
+                SchemaNode::new("i", "v"),
+            );
+            let built = build_on_device(&case, &gpu, &|bytes| bytes.len());
+            // SAFETY: every pointer is valid (the buffer in an allocation of
+            // its own); only the length claims more than it holds.
+            let lying = unsafe {
+                DeviceArray::try_new(built.array, built.schema, ValidationLevel::Default)
+            }
+            .unwrap();
+            let refused = lying.to_host().unwrap_err().to_string();
+            assert!(
+                refused.starts_with("buffer 1: the values buffer claims 4000000 bytes")
+                    && refused.contains("then CUDA_ERROR_NOT_FOUND at 0x"),
+                "without a fault, the check refuses: {refused}"
+            );
+            let before = settled();
+            let fault = Fault::new("cuMemGetAddressRange_v2", 2, CUresult::CUDA_ERROR_UNKNOWN);
+            let failed = armed(&fault, || lying.to_host()).unwrap_err().to_string();
+            assert!(
+                failed.contains("cuMemcpyAsync") && failed.contains("CUDA_ERROR_INVALID_VALUE"),
+                "{fault}: the copy is refused by the driver instead: {failed}"
+            );
+            assert_back_to(&format!("after {fault}"), &before, NOTHING);
+        },
+    );
 }
 
 /// `cuLaunchHostFunc` tells when a copy's host sources may be released;

@@ -22,10 +22,11 @@ use arrow_array::{
 use arrow_device::abi::DeviceType;
 use arrow_device::device;
 use arrow_device::device::cuda::{self, CudaDevice, PointerMemoryType};
-use arrow_device::{export_array_to, export_record_batch_to, Error, ValidationLevel};
+use arrow_device::{export_array_to, export_record_batch_to, DeviceArray, Error, ValidationLevel};
 
-use common::gpu::{counter, cuda_device, gpu, import, KINDS};
-use common::{assert_same, device_array, for_each_case};
+use common::gpu::{counter, cuda_device, gpu, import, standin, KINDS};
+use common::producer::{i32s, ArrayNode, Case, SchemaNode};
+use common::{assert_same, build_on_device, device_array, for_each_case};
 
 #[test]
 fn every_type_round_trips_through_device_pinned_and_managed_memory() {
@@ -432,5 +433,91 @@ fn a_gpu_source_dropped_during_a_copy_is_freed_after_it_off_the_drivers_thread()
         // The copy now holds the only reference to the source.
         drop(source);
         assert_same(&case, &ints, moved.to_host().unwrap().as_ref());
+    }
+}
+
+/// A producer's array in GPU 0's device memory whose int32 node claims a
+/// million values (4 MB) over an allocation of 100: every copy (to the
+/// host, the CPU, pinned and managed memory, GPU 1) is refused before it
+/// allocates, naming the buffer and what `cuMemGetAddressRange` said; with
+/// its true length the same memory copies.
+///
+/// The refusal is asserted under the stand-in, whose allocations end in a
+/// guard page. On a GPU, what follows an allocation depends on where the
+/// driver placed it: a contiguous neighbour lets the range run on (as it
+/// must for memory mapped with `cuMemMap`), and then the device cannot
+/// tell; the outcome is printed.
+#[test]
+fn a_device_buffer_claiming_more_than_its_allocation_is_refused_before_any_copy() {
+    let Some(_gpu) = gpu("a_device_buffer_claiming_more_than_its_allocation_is_refused") else {
+        return;
+    };
+    let gpu0 = cuda_device(DeviceType::CUDA);
+    let values: Vec<i32> = (0..100).collect();
+    let with_length = |length: i64| {
+        let case = Case::new(
+            ArrayNode::new(length, 0, vec![None, i32s(&values)]),
+            SchemaNode::new("i", "v"),
+        );
+        let built = build_on_device(&case, &gpu0, &|bytes| bytes.len());
+        // SAFETY: every pointer is valid (the buffer in an allocation of its
+        // own); only the length may claim more than the allocation holds.
+        unsafe { DeviceArray::try_new(built.array, built.schema, ValidationLevel::Default) }
+            .unwrap_or_else(|e| panic!("length {length}: import: {e}"))
+    };
+    let truthful = with_length(100);
+    assert_same(
+        "to_host",
+        &Int32Array::from(values.clone()),
+        truthful.to_host().unwrap().as_ref(),
+    );
+
+    let lying = with_length(1_000_000);
+    let mut destinations = vec![
+        device::cpu(),
+        cuda_device(DeviceType::CUDA_HOST),
+        cuda_device(DeviceType::CUDA_MANAGED),
+    ];
+    if cuda::device_count().unwrap() > 1 {
+        destinations.push(cuda::device(DeviceType::CUDA, 1).unwrap());
+    }
+    let mut outcomes = vec![("to_host".to_string(), lying.to_host().map(drop))];
+    for to in &destinations {
+        let allocations = standin::counts().map(|c| c.allocations);
+        let moved = lying.to_device(to).map(drop);
+        assert_eq!(
+            standin::counts().map(|c| c.allocations),
+            allocations,
+            "to_device({} {}): nothing is allocated for a refused copy",
+            to.device_type(),
+            to.device_id()
+        );
+        outcomes.push((
+            format!("to_device({} {})", to.device_type(), to.device_id()),
+            moved,
+        ));
+    }
+    for (what, outcome) in outcomes {
+        if !standin::loaded() {
+            println!("on a GPU, {what} of a claim past its allocation: {outcome:?}");
+            continue;
+        }
+        let message = match outcome {
+            Err(Error::Invalid { path, message }) if path == "buffer 1" => message,
+            other => panic!("{what}: expected Error::Invalid at buffer 1, got {other:?}"),
+        };
+        for expected in [
+            "the values buffer claims 4000000 bytes at 0x",
+            "which are not all memory of the device: device CUDA (id 0): check_device_range: \
+             device pointer 0x",
+            "(length 4000000) runs 3999600 bytes past the memory the driver knows there: \
+             cuMemGetAddressRange gives the allocation of 400 bytes at 0x",
+            ", then CUDA_ERROR_NOT_FOUND at 0x",
+        ] {
+            assert!(
+                message.contains(expected),
+                "{what}: expected {expected:?} in: {message}"
+            );
+        }
     }
 }

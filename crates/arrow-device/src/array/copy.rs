@@ -6,6 +6,15 @@
 //! synchronizes once: with the host for copies to the host, through a recorded
 //! event for copies to a device (the event becomes the new array's
 //! `sync_event`).
+//!
+//! The destination is sized by what the producer claims (each buffer's size
+//! follows from the node's type, offset and length, or from its offsets),
+//! which the import cannot check against device memory it must not read.
+//! So before a copy from a device sets anything aside, [`plan`] asks the
+//! source device whether each buffer lies inside its memory
+//! ([`Device::check_device_range`]): a node claiming 8 GiB over a 1-byte
+//! allocation fails then, naming the buffer, instead of after 8 GiB of host
+//! memory has been allocated and faulted in.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -15,10 +24,11 @@ use arrow_schema::DataType;
 use smallvec::smallvec;
 
 use crate::array::device_reads::{read_values, After, DeviceRead};
+use crate::array::import::child_path;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
 use crate::array::owner::{Owner, PendingMemory};
-use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream, SyncEvent};
+use crate::device::{drain_then_free, Device, DeviceBuffer, DeviceRef, Stream, SyncEvent};
 use crate::error::{Error, Path, Result};
 
 /// Alignment of every buffer inside a tree's allocation.
@@ -34,8 +44,14 @@ pub(crate) struct Copied {
 }
 
 /// Lays out the buffers of `node` in one allocation: returns each buffer's
-/// offset (in visiting order) and the total size.
-fn plan(node: &Node) -> Result<(Vec<usize>, usize)> {
+/// offset (in visiting order) and the total size. For a copy from device
+/// memory, `src` is that device, and every buffer's range is checked
+/// against it first ([`check_claims`]); `None` for host memory, which the
+/// copies read on the producer's promise.
+fn plan(node: &Node, src: Option<&dyn Device>) -> Result<(Vec<usize>, usize)> {
+    if let Some(src) = src {
+        check_claims(node, src, &Path::root())?;
+    }
     let mut offsets = Vec::new();
     let mut total = 0usize;
     let mut overflow = false;
@@ -60,6 +76,41 @@ fn plan(node: &Node) -> Result<(Vec<usize>, usize)> {
         ));
     }
     Ok((offsets, total))
+}
+
+/// Checks that every non-empty buffer of `node` (at `path`) lies inside
+/// memory of `src`, as far as the device can tell: the error names the
+/// buffer, the bytes claimed and the device's answer.
+fn check_claims(node: &Node, src: &dyn Device, path: &Path<'_>) -> Result<()> {
+    for (i, buffer) in node.buffers.iter().enumerate() {
+        if buffer.ptr.is_null() || buffer.len == 0 {
+            continue;
+        }
+        if let Err(answer) = src.check_device_range(buffer.ptr, buffer.len) {
+            let sized_by = match layout::buffer_kinds(&node.data_type).get(i) {
+                Some(BufferKind::Data) => "its offsets",
+                None => "the variadic buffer sizes",
+                Some(_) => "the node's type, offset and length",
+            };
+            return Err(Error::invalid(
+                &path.buffer(i),
+                format!(
+                    "the {} buffer claims {} bytes at {:p} (as {sized_by} size it), which are \
+                     not all memory of the device: {answer}",
+                    layout::buffer_name(&node.data_type, i),
+                    buffer.len,
+                    buffer.ptr
+                ),
+            ));
+        }
+    }
+    for (i, child) in node.children.iter().enumerate() {
+        check_claims(child, src, &child_path(path, &node.data_type, i))?;
+    }
+    match &node.dictionary {
+        Some(dictionary) => check_claims(dictionary, src, &path.dictionary()),
+        None => Ok(()),
+    }
 }
 
 /// Rebuilds `node` with buffer `i` at `base + offsets[i]`; NULL stays NULL.
@@ -105,7 +156,7 @@ fn for_each_pair(
 /// host buffers alive until the copies have completed.
 pub(crate) fn host_to_device(node: &Node, sources: Owner, device: &DeviceRef) -> Result<Copied> {
     let node = &node.trimmed();
-    let (offsets, total) = plan(node)?;
+    let (offsets, total) = plan(node, None)?;
     let memory = device.allocate(total)?;
     let stream = device.create_stream()?;
     let copied = relocate(node, &offsets, memory.as_ptr());
@@ -133,7 +184,7 @@ pub(crate) fn device_to_device(
     }
     if src.device_type() == dst.device_type() {
         let node = &node.trimmed();
-        let (offsets, total) = plan(node)?;
+        let (offsets, total) = plan(node, Some(src.as_ref()))?;
         let memory = dst.allocate(total)?;
         let stream = dst.create_stream()?;
         // Same device type, so the event type matches.
@@ -218,7 +269,7 @@ pub(crate) fn device_to_host(
     sync_event.order_stream(src.as_ref(), &stream)?;
     narrow_string_data(&mut node, src, &stream)?;
     let node = &node;
-    let (offsets, total) = plan(node)?;
+    let (offsets, total) = plan(node, Some(src.as_ref()))?;
     // Faulted in beforehand (and in parallel) when large: a copy into fresh
     // pageable memory takes its page faults serially, inside the driver.
     let mut host = super::host_memory::HostAllocation::zeroed(total)?;

@@ -382,7 +382,11 @@ fn non_negative(value: i64, what: &str, path: &Path<'_>) -> Result<usize> {
 
 /// The path of child `index` of a node of `data_type`: `field "name"` under
 /// a struct, `child i "name"` under other nested types.
-fn child_path<'a>(path: &'a Path<'a>, data_type: &'a DataType, index: usize) -> Path<'a> {
+pub(crate) fn child_path<'a>(
+    path: &'a Path<'a>,
+    data_type: &'a DataType,
+    index: usize,
+) -> Path<'a> {
     let name = layout::child_field(data_type, index).map(|f| f.name().as_str());
     if matches!(data_type, DataType::Struct(_)) {
         path.field(index, name)

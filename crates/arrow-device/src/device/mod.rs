@@ -2,10 +2,11 @@
 //!
 //! The [`Device`] trait is the one table of operations the interface needs,
 //! in the spirit of nanoarrow's `ArrowDevice`: identity (type and id),
-//! allocation, copies (host→device, device→host, device→device) queued on a
-//! [`Stream`], and events ([`Event`]) that order work across streams and are
-//! exported as an array's `sync_event`. Ownership after each call is stated on
-//! the method.
+//! allocation, a check that a producer's buffer lies in device memory
+//! (where the device can tell), copies (host→device, device→host,
+//! device→device) queued on a [`Stream`], and events ([`Event`]) that order
+//! work across streams and are exported as an array's `sync_event`.
+//! Ownership after each call is stated on the method.
 //!
 //! Implementations here: [`cpu::CpuDevice`] and the emulated asynchronous
 //! device [`emulated::EmulatedDevice`] (reported as `EXT_DEV`), which is how
@@ -91,6 +92,13 @@ pub type DeviceRef = Arc<dyn Device>;
 ///   from [`allocate_host_accessible`](Device::allocate_host_accessible) is valid
 ///   for `len` bytes of host reads and writes (the crate checks the length
 ///   and alignment too, and falls back to the heap).
+/// * **Range checks.** [`check_device_range`](Device::check_device_range)
+///   returns `Err` only for a range that is not all inside memory of this
+///   device; never for one a conforming producer could hand over, since
+///   that would refuse valid data. `Ok` is always a correct answer: it is
+///   the default, for devices that cannot tell. The crate's memory safety
+///   rests on the copies, not on this answer: it only lets a copy fail
+///   before it sets memory aside.
 /// * **Ordering.** Copies do what they say once the stream is synchronized
 ///   or an event recorded after them has completed;
 ///   [`synchronize_stream`](Device::synchronize_stream) and
@@ -131,6 +139,24 @@ pub unsafe trait Device: Send + Sync + fmt::Debug + 'static {
     fn is_host_accessible_at(&self, ptr: *const u8, len: usize) -> bool {
         let _ = (ptr, len);
         self.is_host_accessible()
+    }
+
+    /// Checks that the `len` bytes at `ptr`, a buffer found in an array of
+    /// this device, lie inside memory the device knows (its allocations, as
+    /// far as it tracks them). `Err` says what the device found instead: no
+    /// allocation at `ptr`, or one that ends before `ptr + len`, by how
+    /// much. `Ok` when the range is inside, and whenever the device cannot
+    /// tell (the default; see the trait's contract).
+    ///
+    /// A copy of an array tree sizes its destination by what the producer
+    /// claims (offset, length and type), and calls this for every buffer
+    /// first: a claim that overruns its allocation (8 GiB claimed over a
+    /// 1-byte buffer) then fails in microseconds, instead of after the copy
+    /// has allocated, and faulted in, the whole claimed size on the host.
+    /// A zero `len` is always `Ok`.
+    fn check_device_range(&self, ptr: *const u8, len: usize) -> Result<()> {
+        let _ = (ptr, len);
+        Ok(())
     }
 
     /// Host memory that this device can read too, for the small host-side

@@ -101,6 +101,7 @@ unsafe impl Device for CountingWaits {
     forward_to_inner! {
         fn device_type(&self) -> DeviceType;
         fn device_id(&self) -> i64;
+        fn check_device_range(&self, ptr: *const u8, len: usize) -> Result<()>;
         fn allocate(&self, len: usize) -> Result<DeviceBuffer>;
         fn create_stream(&self) -> Result<Stream>;
         fn create_event(&self) -> Result<Event>;

@@ -132,6 +132,34 @@ pub fn assert_batch_round_trips(what: &str, batch: &RecordBatch, device: Option<
     assert_released_once(what, &counters);
 }
 
+/// Builds `case` with every buffer in memory of `device` (not host
+/// accessible: the emulated device, CUDA device memory), each in an
+/// allocation of its own of `size(bytes)` bytes holding as much of the
+/// buffer as fits: `bytes.len()` for a truthful producer, less for one whose
+/// nodes claim more than their buffers hold. The structs report `device`.
+pub fn build_on_device(
+    case: &producer::Case,
+    device: &DeviceRef,
+    size: &dyn Fn(&[u8]) -> usize,
+) -> producer::Built {
+    let stream = device.create_stream().unwrap();
+    let mut built = case.build_with(&mut |bytes: &[u8]| {
+        let buffer = device.allocate(size(bytes)).unwrap();
+        let len = bytes.len().min(buffer.len());
+        // SAFETY: `bytes` is the case's, which outlives the synchronize
+        // below; the destination is a fresh allocation of at least `len`.
+        unsafe { device.copy_from_host(bytes.as_ptr(), buffer.as_ptr(), len, &stream) }.unwrap();
+        producer::Placed {
+            ptr: buffer.as_ptr().cast_const().cast(),
+            keep: Box::new(buffer),
+        }
+    });
+    device.synchronize_stream(&stream).unwrap();
+    built.array.device_type = device.device_type();
+    built.array.device_id = device.device_id();
+    built
+}
+
 /// `array` exported by this crate on the CPU and imported back with `level`.
 pub fn device_array(array: &dyn Array, level: ValidationLevel) -> DeviceArray {
     let (c_array, c_schema) = export_array(array).unwrap();

@@ -250,7 +250,14 @@ entry_points! {
         unsafe { out(dptr, ptr as u64) }
     }
 
+    /// As the driver: the base and the size asked for of the allocation
+    /// (device, pinned or managed) that holds `dptr`, each written when its
+    /// pointer is not NULL; `CUDA_ERROR_NOT_FOUND` for an address no
+    /// allocation holds (foreign memory, freed memory, the padding after an
+    /// allocation's size); `CUDA_ERROR_INVALID_CONTEXT` without a current
+    /// context (the call needs one, as on a GPU).
     fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, dptr: u64) {
+        driver::current()?;
         let found = memory::find(dptr as usize).ok_or(CUDA_ERROR_NOT_FOUND)?;
         // SAFETY: optional out parameters of the caller.
         unsafe {

@@ -127,6 +127,66 @@ fn device_memory_round_trips_and_is_classified() {
 }
 
 #[test]
+fn address_ranges_are_the_allocations_that_hold_the_pointer() {
+    setup(0);
+    let ptr = device_alloc(1000);
+    let mut pinned: *mut c_void = null_mut();
+    let host = [0u8; 16];
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: valid out parameters (or NULL, which the call allows).
+    unsafe {
+        assert_eq!(cuMemHostAlloc(&mut pinned, 64, 0), CUDA_SUCCESS);
+        for inside in [ptr, ptr + 1, ptr + 999] {
+            (base, size) = (0, 0);
+            assert_eq!(
+                cuMemGetAddressRange_v2(&mut base, &mut size, inside),
+                CUDA_SUCCESS
+            );
+            assert_eq!((base, size), (ptr, 1000), "{inside:#x}");
+        }
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, &mut size, pinned as u64 + 63),
+            CUDA_SUCCESS
+        );
+        assert_eq!((base, size), (pinned as u64, 64));
+        // Either out parameter may be NULL.
+        size = 0;
+        assert_eq!(
+            cuMemGetAddressRange_v2(null_mut(), &mut size, ptr + 5),
+            CUDA_SUCCESS
+        );
+        assert_eq!(size, 1000);
+        base = 0;
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, null_mut(), ptr + 5),
+            CUDA_SUCCESS
+        );
+        assert_eq!(base, ptr);
+        // Past the size asked for (the page's padding), host memory, NULL.
+        for outside in [ptr + 1000, host.as_ptr() as u64, 0] {
+            assert_eq!(
+                cuMemGetAddressRange_v2(&mut base, &mut size, outside),
+                CUDA_ERROR_NOT_FOUND,
+                "{outside:#x}"
+            );
+        }
+        assert_eq!(cuMemFreeHost(pinned), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(ptr), CUDA_SUCCESS);
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, &mut size, ptr),
+            CUDA_ERROR_NOT_FOUND,
+            "freed"
+        );
+        let mut popped = 0usize;
+        assert_eq!(cuCtxPopCurrent_v2(&mut popped), CUDA_SUCCESS);
+        assert_eq!(
+            cuMemGetAddressRange_v2(&mut base, &mut size, ptr),
+            CUDA_ERROR_INVALID_CONTEXT
+        );
+    }
+}
+
+#[test]
 fn a_queued_copy_destination_holds_poison_until_the_copy_runs() {
     setup(0);
     let s = stream(1);

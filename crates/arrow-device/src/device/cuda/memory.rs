@@ -188,6 +188,102 @@ pub(super) fn classify(
     ))
 }
 
+/// What `cuMemGetAddressRange` says about one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AddressRange {
+    /// The allocation `[base, base + size)` holds the address.
+    Found { base: usize, size: usize },
+    /// No allocation the driver knows holds it: `CUDA_ERROR_NOT_FOUND` or
+    /// `CUDA_ERROR_INVALID_VALUE`, named.
+    Unknown(&'static str),
+    /// The driver could not answer (another error, or no context).
+    CannotTell,
+}
+
+/// Asks the driver which allocation holds `addr` (with `context` current).
+pub(super) fn address_range(context: &Context, addr: usize) -> AddressRange {
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // The code itself is the answer, so the call "succeeds" whatever it
+    // returns; only a failure to make the context current (or a missing
+    // symbol) fails it.
+    let code = context.run("cuMemGetAddressRange", || {
+        // SAFETY: two out parameters of the documented types, live for
+        // the call; the driver only reads `addr` as a number.
+        Ok(unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, addr as sys::CUdeviceptr) })
+    });
+    match code {
+        Ok(sys::CUresult::CUDA_SUCCESS) => match usize::try_from(base) {
+            Ok(base) => AddressRange::Found { base, size },
+            Err(_) => AddressRange::CannotTell,
+        },
+        Ok(sys::CUresult::CUDA_ERROR_NOT_FOUND) => AddressRange::Unknown("CUDA_ERROR_NOT_FOUND"),
+        Ok(sys::CUresult::CUDA_ERROR_INVALID_VALUE) => {
+            AddressRange::Unknown("CUDA_ERROR_INVALID_VALUE")
+        }
+        Ok(_) | Err(_) => AddressRange::CannotTell,
+    }
+}
+
+/// The most allocations [`check_range`] follows one range through.
+pub(super) const MAX_SEGMENTS: usize = 256;
+
+/// Checks that `[ptr, ptr + len)` (`len > 0`) lies in memory the driver
+/// knows, as `lookup` (`address_range`) describes it. `Err` (what the
+/// driver said) only when it says so itself: the range starts in an
+/// allocation it describes, and past the end of the allocations that follow
+/// one another from there, at an address it knows no allocation for.
+///
+/// The range may run on from one allocation into the next when they are
+/// contiguous: memory mapped with the virtual memory management API
+/// (`cuMemMap`, used by pools such as PyTorch's expandable segments) is
+/// one range of addresses that the driver describes one mapped allocation
+/// at a time. So the check follows contiguous allocations, up to
+/// [`MAX_SEGMENTS`] of them, then gives up (cannot tell). Every failure of
+/// the driver to answer also means "cannot tell": never refuse data the
+/// driver merely cannot describe.
+pub(super) fn check_range(
+    ptr: usize,
+    len: usize,
+    mut lookup: impl FnMut(usize) -> AddressRange,
+) -> Result<(), Failure> {
+    let Some(end) = ptr.checked_add(len) else {
+        return Err(format!(
+            "{ptr:#x} (length {len}) runs past the end of the address space"
+        ));
+    };
+    let AddressRange::Found { base, size } = lookup(ptr) else {
+        return Ok(());
+    };
+    let first_end = base.saturating_add(size);
+    let mut covered = first_end;
+    for _ in 1..MAX_SEGMENTS {
+        if covered >= end {
+            return Ok(());
+        }
+        match lookup(covered) {
+            AddressRange::Found { base, size } if base.saturating_add(size) > covered => {
+                covered = base.saturating_add(size);
+            }
+            AddressRange::Unknown(code) => {
+                let followed = if covered == first_end {
+                    String::new()
+                } else {
+                    format!(" and contiguous ones up to {covered:#x}")
+                };
+                return Err(format!(
+                    "{ptr:#x} (length {len}) runs {} bytes past the memory the driver knows \
+                     there: cuMemGetAddressRange gives the allocation of {size} bytes at \
+                     {base:#x}{followed}, then {code} at {covered:#x}",
+                    end - covered
+                ));
+            }
+            // No progress, or no answer: cannot tell.
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
 /// Memory from one of the CUDA allocators, freed (with its context
 /// current) when dropped: the owner inside a [`DeviceBuffer`].
 ///
@@ -258,5 +354,102 @@ impl Drop for Allocation {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver that knows `allocations` (base, size), in no order.
+    fn driver(allocations: &[(usize, usize)]) -> impl FnMut(usize) -> AddressRange + '_ {
+        move |addr| {
+            allocations
+                .iter()
+                .find(|(base, size)| (*base..base + size).contains(&addr))
+                .map_or(
+                    AddressRange::Unknown("CUDA_ERROR_NOT_FOUND"),
+                    |&(base, size)| AddressRange::Found { base, size },
+                )
+        }
+    }
+
+    #[test]
+    fn a_range_inside_one_allocation_is_accepted() {
+        let known = [(0x1000, 100)];
+        check_range(0x1000, 100, driver(&known)).unwrap();
+        check_range(0x1063, 1, driver(&known)).unwrap();
+    }
+
+    #[test]
+    fn a_range_past_its_allocation_is_refused_with_what_the_driver_said() {
+        let known = [(0x1000, 4), (0x9000, 64)];
+        let err = check_range(0x1000, 8 << 30, driver(&known)).unwrap_err();
+        assert_eq!(
+            err,
+            "0x1000 (length 8589934592) runs 8589934588 bytes past the memory the driver knows \
+             there: cuMemGetAddressRange gives the allocation of 4 bytes at 0x1000, then \
+             CUDA_ERROR_NOT_FOUND at 0x1004"
+        );
+    }
+
+    #[test]
+    fn contiguous_allocations_are_followed_as_one_range() {
+        // Three mappings of one reserved range, as cuMemMap makes them.
+        let known = [(0x2000, 0x1000), (0x1000, 0x1000), (0x3000, 0x800)];
+        check_range(0x1800, 0x2000, driver(&known)).unwrap();
+        let err = check_range(0x1800, 0x2001, driver(&known)).unwrap_err();
+        assert_eq!(
+            err,
+            "0x1800 (length 8193) runs 1 bytes past the memory the driver knows there: \
+             cuMemGetAddressRange gives the allocation of 4096 bytes at 0x1000 and contiguous \
+             ones up to 0x3800, then CUDA_ERROR_NOT_FOUND at 0x3800"
+        );
+    }
+
+    #[test]
+    fn whatever_the_driver_cannot_describe_is_accepted() {
+        // A pointer it knows nothing about (memory of another allocator).
+        check_range(0x1000, 1 << 40, driver(&[])).unwrap();
+        // No answer at all, at the start or further on.
+        check_range(0x1000, 1 << 40, |_| AddressRange::CannotTell).unwrap();
+        let mut answers = [
+            AddressRange::Found {
+                base: 0x1000,
+                size: 16,
+            },
+            AddressRange::CannotTell,
+        ]
+        .into_iter();
+        check_range(0x1000, 32, |_| answers.next().unwrap()).unwrap();
+        // An answer that makes no progress.
+        check_range(0x1000, 32, |_| AddressRange::Found {
+            base: 0x1000,
+            size: 16,
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn the_walk_through_contiguous_allocations_is_bounded() {
+        let mut lookups = 0;
+        let segments = |addr: usize| {
+            lookups += 1;
+            AddressRange::Found {
+                base: addr,
+                size: 0x1000,
+            }
+        };
+        check_range(0x1000, usize::MAX / 2, segments).unwrap();
+        assert_eq!(lookups, MAX_SEGMENTS);
+    }
+
+    #[test]
+    fn a_range_that_wraps_around_the_address_space_is_refused() {
+        let err = check_range(usize::MAX - 3, 8, driver(&[])).unwrap_err();
+        assert!(
+            err.contains("runs past the end of the address space"),
+            "{err}"
+        );
     }
 }

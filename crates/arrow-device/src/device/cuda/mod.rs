@@ -326,6 +326,22 @@ unsafe impl Device for CudaDevice {
         memory::classify(&self.context, ptr.cast()).is_ok_and(|t| t.is_host_accessible())
     }
 
+    /// `cuMemGetAddressRange`: the range must lie in the allocation that
+    /// holds `ptr`, or run on through allocations contiguous with it (memory
+    /// mapped with `cuMemMap` is described one mapping at a time). A pointer
+    /// the driver cannot describe, and any failure to ask, is "cannot tell":
+    /// `Ok`. Copies only ask this of `CUDA` (device) memory: pinned and
+    /// managed arrays are read by the host directly.
+    fn check_device_range(&self, ptr: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        memory::check_range(ptr as usize, len, |addr| {
+            memory::address_range(&self.context, addr)
+        })
+        .map_err(|e| self.error(format!("check_device_range: device pointer {e}")))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

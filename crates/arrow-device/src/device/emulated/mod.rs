@@ -404,6 +404,17 @@ unsafe impl Device for EmulatedDevice {
                 .is_ok()
     }
 
+    /// Looks the range up in the registry of live allocations, as every
+    /// copy does: it must lie inside one allocation of this device.
+    fn check_device_range(&self, ptr: *const u8, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        memory::lock()
+            .device_range(self.id, ptr as usize, len, "check_device_range")
+            .map(|_| ())
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

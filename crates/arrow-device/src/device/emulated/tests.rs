@@ -509,6 +509,82 @@ fn foreign_and_out_of_range_device_pointers_are_errors() {
 }
 
 #[test]
+fn check_device_range_accepts_ranges_inside_an_allocation_and_names_what_is_wrong_otherwise() {
+    let (d0, d1) = (device(0, true, 0), device(1, true, 0));
+    let buf = d0.allocate(100).unwrap();
+    let other = d1.allocate(100).unwrap();
+    let base = buf.as_ptr() as usize;
+    // SAFETY (all `add`s): inside `buf` or one past its end.
+    let at = |offset: usize| unsafe { buf.as_ptr().add(offset) }.cast_const();
+    d0.check_device_range(at(0), 100).unwrap();
+    d0.check_device_range(at(99), 1).unwrap();
+    d0.check_device_range(at(50), 50).unwrap();
+    // A zero-length range is never checked, wherever it points.
+    d0.check_device_range(std::ptr::null(), 0).unwrap();
+    // A second instance of id 0 is the same device: it knows the memory.
+    device(0, false, 0).check_device_range(at(0), 100).unwrap();
+
+    let err = d0.check_device_range(at(50), 51).unwrap_err();
+    assert!(matches!(err, Error::Device { device_id: 0, .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "device EXT_DEV (id 0): check_device_range: device pointer {:#x} (length 51) runs \
+             1 bytes past the end of its allocation (100 bytes at {base:#x}, range starts at \
+             offset 50)",
+            base + 50
+        )
+    );
+    // The fuzzer's case: 8 GiB claimed over a small allocation, answered
+    // from the registry without touching the range.
+    let err = d0
+        .check_device_range(at(0), 8 << 30)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("runs 8589934492 bytes past the end"), "{err}");
+    let err = d0.check_device_range(at(100), 1).unwrap_err().to_string();
+    assert!(
+        err.contains("is not inside a live allocation of emulated device 0"),
+        "{err}"
+    );
+    // What a zero-length allocation hands out is no allocation either.
+    let empty = d0.allocate(0).unwrap();
+    let err = d0
+        .check_device_range(empty.as_ptr(), 4)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "device pointer {:#x} (length 4) is not inside a live allocation",
+            empty.as_ptr() as usize
+        )),
+        "{err}"
+    );
+    let host = [0u8; 8];
+    let err = d0
+        .check_device_range(host.as_ptr(), 8)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not inside a live allocation"), "{err}");
+    let err = d0
+        .check_device_range(other.as_ptr(), 8)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("belongs to emulated device 1, not 0"), "{err}");
+    let freed = d0.allocate(64).unwrap();
+    let freed_ptr = freed.as_ptr();
+    drop(freed);
+    assert!(d0.check_device_range(freed_ptr, 8).is_err());
+    // Near the top of the address space, `ptr + len` would wrap: still an
+    // error, not an overflow.
+    let err = d0
+        .check_device_range(at(1), usize::MAX)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("past the end of its allocation"), "{err}");
+}
+
+#[test]
 fn zero_length_allocations_and_copies_are_no_ops() {
     let device = device(0, true, 0);
     let empty = device.allocate(0).unwrap();
