@@ -17,12 +17,13 @@ use arrow_device::abi::DeviceType;
 use arrow_device::cai::cuda::{export_cai, import_cai};
 use arrow_device::cai::StreamSync;
 use arrow_device::dlpack::{export_dlpack_for_stream, DlpackAbi};
-use arrow_device::{export_array_to, DeviceArray, Error};
+use arrow_device::{export_array_to, DeviceArray, Error, ValidationLevel};
 use cudarc::driver::sys;
 
-use common::assert_same;
 use common::gpu::interface::{plan, values_ptr};
 use common::gpu::{counter, cuda_device, gpu, import, KINDS};
+use common::producer::{bitmap, i32s, ArrayNode, Case, SchemaNode};
+use common::{assert_same, build_on_device};
 
 /// `array` copied onto GPU 0's `kind` memory.
 fn on_gpu(array: &dyn Array, kind: DeviceType) -> DeviceArray {
@@ -320,5 +321,54 @@ fn dlpack_export_of_pinned_or_managed_memory_waits_on_the_host_for_host_readers(
         let values =
             unsafe { std::slice::from_raw_parts(tensor.dl_tensor().data.cast::<i32>(), 1000) };
         assert_eq!(values, ints.values().as_ref(), "{kind}");
+    }
+}
+
+/// An array whose validity bitmap claims more bytes than its device
+/// allocation holds: the CUDA Array Interface export, whose mask kernel
+/// reads the bitmap as claimed, refuses it before launching anything (under
+/// the stand-in, whose allocations end in a guard page; on a GPU the
+/// neighbouring memory may let the range run on, and the outcome is
+/// printed). The same values with a truthful length export their mask.
+#[test]
+fn a_validity_bitmap_claiming_more_than_its_allocation_is_refused_by_the_mask_export() {
+    let Some(_gpu) = gpu("a_validity_bitmap_claiming_more_than_its_allocation") else {
+        return;
+    };
+    let gpu0 = cuda_device(DeviceType::CUDA);
+    let values: Vec<i32> = (0..4000).collect();
+    let with_length = |length: i64| {
+        let validity = bitmap(&(0..8).map(|i| i != 3).collect::<Vec<_>>());
+        let case = Case::new(
+            ArrayNode::new(length, 1, vec![validity, i32s(&values)]),
+            SchemaNode::new("i", "v"),
+        );
+        let built = build_on_device(&case, &gpu0, &|bytes| bytes.len());
+        // SAFETY: every pointer is valid (each buffer in an allocation of
+        // its own); only the length may claim more than the bitmap holds.
+        unsafe { DeviceArray::try_new(built.array, built.schema, ValidationLevel::Default) }
+            .unwrap_or_else(|e| panic!("length {length}: import: {e}"))
+    };
+    let mask = export_cai(&with_length(8)).unwrap().mask.expect("a mask");
+    assert_same(
+        "mask",
+        &UInt8Array::from(vec![1, 1, 1, 0, 1, 1, 1, 1]),
+        mask.bytes.to_host().unwrap().as_ref(),
+    );
+    let outcome = export_cai(&with_length(4000)).map(drop);
+    if !common::gpu::standin::loaded() {
+        println!("on a GPU, a mask export of a bitmap claim past its allocation: {outcome:?}");
+        return;
+    }
+    match outcome {
+        Err(Error::Invalid { path, message }) => {
+            assert_eq!(path, "buffer 0");
+            assert!(
+                message.starts_with("the validity bitmap claims 500 bytes at 0x")
+                    && message.contains("not all memory of the device"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Error::Invalid at buffer 0, got {other:?}"),
     }
 }

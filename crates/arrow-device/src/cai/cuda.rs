@@ -49,7 +49,7 @@ use crate::array::owner::{Owner, PendingMemory};
 use crate::array::DeviceArray;
 use crate::device::cuda::{device, pointer_memory_type, CudaDevice};
 use crate::device::{drain_then_free, DeviceBuffer, DeviceRef, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Path, Result};
 
 /// What `__cuda_array_interface__` hands out for an array on a CUDA device.
 #[derive(Debug)]
@@ -278,6 +278,18 @@ fn mask_of(
     validity: *const u8,
 ) -> Result<CaiMask> {
     let len = array.len();
+    // The kernel reads the bitmap as far as the array claims: a claim past
+    // the device's memory is refused first, as copies refuse it.
+    let claimed = (array.offset() + len).div_ceil(8);
+    if let Err(answer) = device.check_device_range(validity, claimed) {
+        return Err(Error::invalid(
+            &Path::root().buffer(0),
+            format!(
+                "the validity bitmap claims {claimed} bytes at {validity:p}, which are not \
+                 all memory of the device: {answer}"
+            ),
+        ));
+    }
     let stream = device.create_stream()?;
     array.sync().order_stream(device.as_ref(), &stream)?;
     let buffer = device.allocate(len)?;
