@@ -323,6 +323,37 @@ fn a_null_pointer_with_values_is_invalid() {
 }
 
 #[test]
+fn values_that_run_past_the_end_of_the_address_space_are_invalid() {
+    let mut cai = interface(&[4], "<f4");
+    cai.data = (usize::MAX - 8, false);
+    let message = is_invalid(cai.validate());
+    assert!(
+        message.starts_with(
+            "__cuda_array_interface__['data']: pointer 0xfffffffffffffff7 with 4 values of 4 \
+             bytes runs past the end of the address space"
+        ),
+        "{message}"
+    );
+    // Values that end just short of the end are fine; an empty array reads
+    // nothing, whatever its pointer.
+    cai.data = (usize::MAX - 16, false);
+    assert_eq!(cai.validate().unwrap().data_ptr, usize::MAX - 16);
+    cai.shape = vec![0];
+    cai.data = (usize::MAX, false);
+    assert_eq!(cai.validate().unwrap().data_ptr, 0);
+    // The mask is checked the same way.
+    let mut mask = interface(&[4], "|b1");
+    mask.data = (usize::MAX, false);
+    let mut masked = interface(&[4], "<f4");
+    masked.mask = Some(Box::new(mask));
+    let message = is_invalid(masked.validate());
+    assert!(
+        message.starts_with("__cuda_array_interface__['mask']['data']: pointer"),
+        "{message}"
+    );
+}
+
+#[test]
 fn plain_descr_is_accepted_and_structured_descr_refused() {
     let mut cai = interface(&[2], "<f4");
     cai.descr = Some(vec![(String::new(), "<f4".into())]);

@@ -662,6 +662,30 @@ fn every_import_error_names_the_defect_and_deletes_the_tensor_once() {
 }
 
 #[test]
+fn values_past_the_end_of_the_address_space_are_refused_and_deleted_once() {
+    let int32 = DLDataType::new(type_code::INT, 32);
+    let cases = [
+        ("data", Spec::new(int32, &[4], Data::Opaque(usize::MAX - 8))),
+        (
+            "byte_offset",
+            Spec::new(int32, &[1], Data::Opaque(0x1000)).byte_offset(u64::MAX - 0x800),
+        ),
+    ];
+    for (case, spec) in cases {
+        let (result, counter) = import_counted(spec.on(DeviceType::CUDA, 0));
+        let err = result.expect_err(case);
+        assert_mentions(&err, "runs past the end of the address space");
+        assert_eq!(deletes(&counter), 1, "{case}: deleted exactly once");
+    }
+    // Values that end just short of the end are fine (an opaque device:
+    // nothing is read).
+    let spec = Spec::new(int32, &[4], Data::Opaque(usize::MAX - 16)).on(DeviceType::CUDA, 0);
+    let (result, counter) = import_counted(spec);
+    assert_eq!(result.unwrap().buffers()[1].ptr as usize, usize::MAX - 16);
+    assert_eq!(deletes(&counter), 1);
+}
+
+#[test]
 fn a_newer_major_version_is_deleted_unread() {
     let raw = Spec::int32(&[1]).versioned_with(DLPackVersion { major: 2, minor: 0 });
     let counter = count_deletes(raw);

@@ -63,7 +63,8 @@ impl CudaArrayInterface {
     /// crate's rules (see the [module](super) documentation) and returns
     /// what importing it takes. Errors name the entry: [`Error::Invalid`]
     /// for what breaks the spec (stream 0, pointer 0 with values, a negative
-    /// size), [`Error::NotSupported`] for valid data that no Arrow array
+    /// size, values past the end of the address space),
+    /// [`Error::NotSupported`] for valid data that no Arrow array
     /// here holds (two dimensions, a non-contiguous stride, a big-endian or
     /// complex type).
     pub fn validate(&self) -> Result<ImportPlan> {
@@ -97,7 +98,7 @@ impl CudaArrayInterface {
         }
         let len = self.len(prefix)?;
         self.check_strides(prefix, len, element.itemsize)?;
-        len.checked_mul(element.itemsize).ok_or_else(|| {
+        let bytes = len.checked_mul(element.itemsize).ok_or_else(|| {
             invalid(
                 &key(prefix, "shape"),
                 format!(
@@ -112,6 +113,18 @@ impl CudaArrayInterface {
                 &key(prefix, "data"),
                 format!(
                     "pointer is 0 but the array has {len} values (0 is for zero-size arrays only)"
+                ),
+            ));
+        }
+        // No allocation ends past the address space: such a pointer cannot
+        // hold the values, and an array over it would wrap.
+        if len > 0 && ptr.checked_add(bytes).is_none() {
+            return Err(invalid(
+                &key(prefix, "data"),
+                format!(
+                    "pointer {ptr:#x} with {len} values of {} bytes runs past the end of the \
+                     address space",
+                    element.itemsize
                 ),
             ));
         }

@@ -65,7 +65,8 @@ pub unsafe fn import_dlpack_versioned(ptr: *mut DLManagedTensorVersioned) -> Res
 /// The tensor must be one-dimensional (a 0-d tensor is read as one value),
 /// of one lane of `int8`..`int64`, `uint8`..`uint64` or `float16/32/64`, and
 /// contiguous (strides NULL or `[1]`, any stride when it holds at most one
-/// value); `byte_offset` is added to `data`. Those types are zero-copy, on any
+/// value); `byte_offset` is added to `data` (values that would end past the
+/// end of the address space are refused). Those types are zero-copy, on any
 /// device; an 8-bit `bool` tensor on the CPU is copied into a bit-packed Arrow
 /// `Boolean` array (and released at once). Data need not be aligned: arrow-rs
 /// conversions copy misaligned buffers.
@@ -164,6 +165,21 @@ unsafe fn import_tensor(tensor: &DLTensor, owner: TensorOwner) -> Result<DeviceA
             ),
         )
     })?;
+    // No allocation ends past the address space: a tensor that says so
+    // cannot hold its values, and an array over it would wrap.
+    let end = (tensor.data as usize)
+        .checked_add(byte_offset)
+        .and_then(|first| first.checked_add(bytes));
+    if len > 0 && end.is_none() {
+        return Err(Error::invalid(
+            &Path::root(),
+            format!(
+                "DLPack tensor data {:p} + byte_offset {byte_offset} + {len} values of {width} \
+                 bytes runs past the end of the address space",
+                tensor.data
+            ),
+        ));
+    }
     let device_type = tensor.device.device_type;
     // Arrow's CPU arrays use device id -1; DLPack's use 0.
     let device_id = if device_type == DeviceType::CPU {
