@@ -771,6 +771,49 @@ async fn protocol_violations_are_refused_and_reported() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_task_is_reported_even_when_the_end_marker_follows() {
+    // Found by the async_stream fuzz target: the stream used to end with
+    // `None` after its end marker, the refused batch lost without an error.
+    let (mut producer, mut stream) = manual_producer(1, DeviceType::CPU);
+    assert_eq!(producer.send_batch(&batch(0), DeviceType::CPU), 0);
+    assert_eq!(
+        producer.send_batch(&batch(1), DeviceType::CPU),
+        libc::EINVAL
+    );
+    assert_eq!(producer.send_end(), 0);
+    producer.release();
+    let first = within("first", stream.next()).await.unwrap().unwrap();
+    assert_eq!(first.to_record_batch().unwrap(), batch(0));
+    let err = next_error(&mut stream).await;
+    assert_mentions(&err, "task 1 exceeds the credit granted (queue_size 1)");
+    assert!(stream.next().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_end_marker_before_the_schema_ends_the_stream_with_an_error() {
+    // Found by the async_stream fuzz target: the stream used to stay
+    // pending forever, even after the producer released the handler.
+    let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
+    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
+    assert_eq!(producer.send_end(), libc::EINVAL);
+    producer.release();
+    let err = next_error(&mut stream).await;
+    assert_mentions(&err, "the end marker arrived before on_schema");
+    assert!(stream.next().await.is_none());
+
+    // The same seen through wait_schema, before the release.
+    let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
+    let mut producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);
+    assert_eq!(producer.send_end(), libc::EINVAL);
+    let err = within("wait_schema", stream.wait_schema())
+        .await
+        .unwrap_err();
+    assert_mentions(&err, "the end marker arrived before on_schema");
+    producer.release();
+    assert!(stream.next().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn producer_calling_back_from_inside_request_does_not_deadlock() {
     let (mut stream, handler) = AsyncDeviceStream::new(2, LEVEL);
     let producer = ManualProducer::new(handler.into_raw(), DeviceType::CPU, None);

@@ -19,7 +19,10 @@
 //!   producer back.
 //! * `on_error` is yielded after the tasks queued before it, as
 //!   [`Error::Producer`]; the stream then ends. A `release` without an end
-//!   marker or an error is reported as an error too.
+//!   marker or an error is reported as an error too, and so is a call we
+//!   refused (a task beyond the credit, a second schema, an end marker
+//!   before the schema), even when the end marker follows: a stream that
+//!   lost a batch never ends as if it were complete.
 //! * Dropping the stream early calls `cancel` once and `extract_data(task,
 //!   NULL)` for every task queued or still arriving, so the producer can
 //!   clean up (each task is extracted exactly once).
@@ -188,7 +191,8 @@ impl Drop for AsyncStreamHandler {
 /// waits for it explicitly, after which [`field`], [`device_type`] and
 /// [`additional_metadata`] are known. It ends with `None` after the
 /// producer's end marker, or after yielding one error (the producer's
-/// `on_error`, an array that fails import, a release before the end); then
+/// `on_error`, an array that fails import, a release before the end, a
+/// schema or task the handler refused, even before an end marker); then
 /// it returns `None` forever.
 ///
 /// [`wait_schema`]: AsyncDeviceStream::wait_schema
@@ -351,16 +355,19 @@ impl Stream for AsyncDeviceStream {
             }
             return Poll::Ready(Some(result));
         }
-        if state.ended {
-            drop(state);
-            this.done = true;
-            return Poll::Ready(None);
-        }
+        // The error first: one recorded after the end marker (a task
+        // refused for arriving late or beyond the credit) still means the
+        // stream is incomplete, so it must not end as if it were complete.
         match state.terminal_error() {
             Some(error) => {
                 drop(state);
                 this.finish();
                 Poll::Ready(Some(Err(error)))
+            }
+            None if state.ended => {
+                drop(state);
+                this.done = true;
+                Poll::Ready(None)
             }
             None => Poll::Pending,
         }
@@ -699,9 +706,18 @@ unsafe extern "C" fn handler_on_next_task(
         let mut state = inner.lock();
         if task.is_null() {
             state.ended = true;
+            // An end before the schema leaves the stream nothing to wait
+            // for: without an error it would stay pending forever.
+            let early = state.schema.is_none() && !state.consumer_dropped;
+            if early {
+                state.error.get_or_insert(Error::Invalid {
+                    path: "on_next_task".into(),
+                    message: "the end marker arrived before on_schema".into(),
+                });
+            }
             drop(state);
             inner.waker.wake();
-            return 0;
+            return if early { libc::EINVAL } else { 0 };
         }
         // SAFETY: the task is valid for this call; we copy its contents.
         let mut copy = QueuedTask(unsafe {
