@@ -720,3 +720,50 @@ fn types_without_a_c_form_are_refused_when_the_stream_is_made() {
     let err = export_reader(reader_of(vec![], schema)).expect_err("refused");
     assert_mentions(&err, "Utf8");
 }
+
+/// A producer's `get_schema` that returns 0 without writing a schema.
+unsafe extern "C" fn schemaless_get_schema(
+    _stream: *mut ArrowDeviceArrayStream,
+    _out: *mut FFI_ArrowSchema,
+) -> c_int {
+    0
+}
+
+unsafe extern "C" fn schemaless_c_get_schema(
+    _stream: *mut raw::ArrowArrayStream,
+    _out: *mut FFI_ArrowSchema,
+) -> c_int {
+    0
+}
+
+/// A producer whose `get_schema` succeeds without writing a schema: the
+/// bridges refuse to hand the released schema on as a success (arrow-rs'
+/// reader asserted on it, a panic where an error belongs), both ways, and
+/// the wrapped stream is still released once. Found by the sync_stream
+/// fuzz target.
+#[test]
+fn a_bridged_get_schema_that_writes_no_schema_is_an_error_not_a_released_schema() {
+    let input = batches(1, 2);
+    let mut stream = export_batches(&input, None);
+    let releases = count_stream_releases(&mut stream);
+    // SAFETY: the replacement callback touches nothing.
+    unsafe { raw::device_stream_mut(&mut stream) }.get_schema = Some(schemaless_get_schema);
+    let c_stream = FFI_ArrowArrayStream::try_from(stream).unwrap();
+    let err = RecordBatchStreamReader::try_new(c_stream).unwrap_err();
+    assert_mentions(&err, "get_schema returned 0 but left the schema released");
+    assert_eq!(releases.load(Ordering::SeqCst), 1);
+
+    let mut c_stream = FFI_ArrowArrayStream::new(Box::new(input_reader(&input)));
+    // SAFETY: the replacement callback touches nothing; the reader's own
+    // release still frees it.
+    unsafe { raw::stream_mut(&mut c_stream) }.get_schema = Some(schemaless_c_get_schema);
+    let mut bridged = ArrowDeviceArrayStream::try_from(c_stream).unwrap();
+    let get_schema = raw::device_stream(&bridged).get_schema.unwrap();
+    let mut schema = FFI_ArrowSchema::empty();
+    // SAFETY: the bridge's own callback on its live stream.
+    let code = unsafe { get_schema(&mut bridged, &mut schema) };
+    assert_eq!(code, libc::EINVAL);
+    // SAFETY: the stream is live and its last call failed.
+    let message = unsafe { last_error(&mut bridged) };
+    assert!(message.contains("left the schema released"), "{message}");
+}

@@ -137,6 +137,34 @@ impl<S> Bridge<S> {
         self.last_error = Some(error_cstring(&err));
         err.errno()
     }
+
+    /// Calls the wrapped producer's `get_schema` into `out` and hands on its
+    /// answer, unless it returned 0 without writing a schema: a consumer may
+    /// take a successful call's schema as live (arrow-rs' reader asserts on
+    /// it), so a released one is refused here, with a message.
+    ///
+    /// # Safety
+    /// `get_schema` is the wrapped producer's callback on `inner`; `out` is
+    /// the consumer's.
+    unsafe fn get_schema<W>(
+        &mut self,
+        get_schema: unsafe extern "C" fn(*mut W, *mut FFI_ArrowSchema) -> c_int,
+        inner: *mut W,
+        out: *mut FFI_ArrowSchema,
+    ) -> c_int {
+        if out.is_null() {
+            return self.fail(stream_error("get_schema's out is NULL"));
+        }
+        // SAFETY: per the contract.
+        let code = unsafe { get_schema(inner, out) };
+        // SAFETY: `out` is non-NULL and, after the call, a schema struct.
+        if code == 0 && raw::schema(unsafe { &*out }).release.is_none() {
+            return self.fail(stream_error(
+                "the wrapped stream's get_schema returned 0 but left the schema released",
+            ));
+        }
+        code
+    }
 }
 
 /// What the callbacks both bridges share need of a stream struct: the C
@@ -282,11 +310,11 @@ mod from_ffi {
         // SAFETY: the consumer passes our stream.
         unsafe {
             with_bridge(stream, |bridge: &mut B| {
-                let inner = raw::stream_mut(&mut bridge.inner);
-                match inner.get_schema {
+                let inner: *mut raw::ArrowArrayStream = raw::stream_mut(&mut bridge.inner);
+                match (*inner).get_schema {
                     // SAFETY: the wrapped producer's callback on its stream;
                     // `out` is the consumer's, passed through.
-                    Some(get_schema) => get_schema(inner, out),
+                    Some(get_schema) => bridge.get_schema(get_schema, inner, out),
                     None => bridge.fail(stream_error("the wrapped stream was released")),
                 }
             })
@@ -341,8 +369,11 @@ mod to_ffi {
         // SAFETY: the consumer passes our stream.
         unsafe {
             with_bridge(stream, |bridge: &mut B| match bridge.inner.get_schema {
-                // SAFETY: the wrapped producer's callback on its stream.
-                Some(get_schema) => get_schema(&mut bridge.inner, out),
+                Some(get_schema) => {
+                    let inner: *mut ArrowDeviceArrayStream = &mut bridge.inner;
+                    // SAFETY: the wrapped producer's callback on its stream.
+                    bridge.get_schema(get_schema, inner, out)
+                }
                 None => bridge.fail(stream_error("the wrapped stream was released")),
             })
         }
