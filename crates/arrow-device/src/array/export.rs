@@ -207,12 +207,16 @@ struct PrivateData {
 /// device can read too where it offers some (CUDA: pinned memory), the heap
 /// otherwise.
 enum VariadicSizes {
-    Heap(Box<[i64]>),
+    // A Vec, not a boxed slice: the pointer in the C struct's buffers is
+    // taken before the sizes move into the private data, and moving a Box
+    // invalidates pointers into it (a read through one is UB under Stacked
+    // Borrows, which Miri reports); moving a Vec does not.
+    Heap(Vec<i64>),
     HostVisible(DeviceBuffer),
 }
 
 impl VariadicSizes {
-    fn new(sizes: Box<[i64]>, device: Option<&dyn device::Device>) -> VariadicSizes {
+    fn new(sizes: Vec<i64>, device: Option<&dyn device::Device>) -> VariadicSizes {
         let bytes = std::mem::size_of_val::<[i64]>(&sizes);
         match device.and_then(|d| d.allocate_host_accessible(bytes)) {
             Some(buffer)
@@ -309,7 +313,7 @@ fn finish_struct(parts: Parts, owner: &Owner) -> raw::ArrowArray {
             buffers.push(sizes.as_ptr());
             sizes
         }
-        None => VariadicSizes::Heap(Box::default()),
+        None => VariadicSizes::Heap(Vec::new()),
     };
     let mut private = Box::new(PrivateData {
         buffers,

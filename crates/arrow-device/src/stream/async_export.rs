@@ -123,7 +123,7 @@ type Source = Pin<Box<dyn Stream<Item = Result<ArrowDeviceArray>> + Send>>;
 pub struct AsyncDeviceStreamProducer {
     schema: FFI_ArrowSchema,
     device_type: DeviceType,
-    additional_metadata: Option<Box<[u8]>>,
+    additional_metadata: Option<Vec<u8>>,
     source: Source,
 }
 
@@ -218,7 +218,7 @@ impl AsyncDeviceStreamProducer {
                 path: "additional_metadata".into(),
                 message,
             })?;
-        self.additional_metadata = Some(encoded.into_boxed_slice());
+        self.additional_metadata = Some(encoded);
         Ok(self)
     }
 
@@ -416,8 +416,11 @@ pub struct AsyncProducerDriver {
     shared: Arc<Shared>,
     /// Until `on_schema`.
     schema: Option<FFI_ArrowSchema>,
-    /// Pointed to by `producer.additional_metadata`.
-    _additional_metadata: Option<Box<[u8]>>,
+    /// Pointed to by `producer.additional_metadata`. A Vec, not a boxed
+    /// slice: the pointer is taken before the bytes move here, and moving a
+    /// Box invalidates pointers into it (a read through one is UB under
+    /// Stacked Borrows, which Miri reports); moving a Vec does not.
+    _additional_metadata: Option<Vec<u8>>,
     source: Option<Source>,
     /// Tasks sent to `on_next_task`.
     sent: u64,

@@ -143,18 +143,24 @@ impl<S> Bridge<S> {
     /// take a successful call's schema as live (arrow-rs' reader asserts on
     /// it), so a released one is refused here, with a message.
     ///
+    /// The callback's stream is `view(&mut self.inner)`, taken here: a
+    /// pointer into the bridge that the caller took before this call's
+    /// `&mut self` would be invalid during it (Stacked Borrows; Miri
+    /// reports the wrapped producer's read through it).
+    ///
     /// # Safety
-    /// `get_schema` is the wrapped producer's callback on `inner`; `out` is
-    /// the consumer's.
+    /// `get_schema` is the wrapped producer's callback on the stream `view`
+    /// returns; `out` is the consumer's.
     unsafe fn get_schema<W>(
         &mut self,
         get_schema: unsafe extern "C" fn(*mut W, *mut FFI_ArrowSchema) -> c_int,
-        inner: *mut W,
+        view: impl FnOnce(&mut S) -> &mut W,
         out: *mut FFI_ArrowSchema,
     ) -> c_int {
         if out.is_null() {
             return self.fail(stream_error("get_schema's out is NULL"));
         }
+        let inner: *mut W = view(&mut self.inner);
         // SAFETY: per the contract.
         let code = unsafe { get_schema(inner, out) };
         // SAFETY: `out` is non-NULL and, after the call, a schema struct.
@@ -310,11 +316,11 @@ mod from_ffi {
         // SAFETY: the consumer passes our stream.
         unsafe {
             with_bridge(stream, |bridge: &mut B| {
-                let inner: *mut raw::ArrowArrayStream = raw::stream_mut(&mut bridge.inner);
-                match (*inner).get_schema {
-                    // SAFETY: the wrapped producer's callback on its stream;
+                match raw::stream(&bridge.inner).get_schema {
+                    // SAFETY: the wrapped producer's callback on its stream,
+                    // viewed through the public-field mirror (same layout);
                     // `out` is the consumer's, passed through.
-                    Some(get_schema) => bridge.get_schema(get_schema, inner, out),
+                    Some(get_schema) => bridge.get_schema(get_schema, |s| raw::stream_mut(s), out),
                     None => bridge.fail(stream_error("the wrapped stream was released")),
                 }
             })
@@ -369,11 +375,8 @@ mod to_ffi {
         // SAFETY: the consumer passes our stream.
         unsafe {
             with_bridge(stream, |bridge: &mut B| match bridge.inner.get_schema {
-                Some(get_schema) => {
-                    let inner: *mut ArrowDeviceArrayStream = &mut bridge.inner;
-                    // SAFETY: the wrapped producer's callback on its stream.
-                    bridge.get_schema(get_schema, inner, out)
-                }
+                // SAFETY: the wrapped producer's callback on its stream.
+                Some(get_schema) => bridge.get_schema(get_schema, |s| s, out),
                 None => bridge.fail(stream_error("the wrapped stream was released")),
             })
         }

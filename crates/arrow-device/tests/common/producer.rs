@@ -490,9 +490,11 @@ fn c_string(bytes: Option<&[u8]>, owner: &mut SchemaPrivate) -> *const c_char {
         return null();
     };
     let s = CString::new(bytes).expect("test strings have no interior NUL");
-    let ptr = s.as_ptr();
     owner.strings.push(s);
-    ptr
+    // The pointer is taken once the string is in place: a CString is a Box,
+    // and moving a Box invalidates pointers taken before the move (Miri's
+    // Stacked Borrows reports the read through one).
+    owner.strings.last().expect("pushed above").as_ptr()
 }
 
 fn schema_struct(node: &SchemaNode, owner: &mut SchemaPrivate) -> raw::ArrowSchema {

@@ -162,9 +162,11 @@ isolated_test! {
             .with_dictionary(SchemaNode::new("u", ""))
             .build();
         // SAFETY: as above; import_field borrows the root in place.
-        let root = unsafe { root_schema(&mut built.schema) };
-        let this: *mut raw::ArrowSchema = &mut *root;
-        root.dictionary = this;
+        let root: *mut raw::ArrowSchema = unsafe { root_schema(&mut built.schema) };
+        // SAFETY: `root` is the live root of `built`. The write goes through
+        // the pointer it stores: one through a reference taken before would
+        // invalidate that pointer (Miri's Stacked Borrows).
+        unsafe { (*root).dictionary = root };
         assert_eq!(field_error(&built), format!("dictionary: {CYCLE}"));
     }
 }

@@ -379,8 +379,12 @@ fn synchronize_sync_event_waits_for_a_delayed_copy() {
         device
             .copy_to_host(buf.as_ptr(), out.as_mut_ptr(), out.len(), &stream)
             .unwrap();
-        device.record_event(&event, &stream).unwrap();
+        // Read before the record is queued: queueing takes the stream's lock,
+        // which the worker takes again to start the copy (due 100 ms later),
+        // so the read happens before the copy's write. Read after it, nothing
+        // orders the two: a data race, which ThreadSanitizer reports.
         assert!(out.iter().all(|&b| b == POISON));
+        device.record_event(&event, &stream).unwrap();
         device.synchronize_sync_event(event.sync_event()).unwrap();
     }
     assert_eq!(out, data);
