@@ -56,8 +56,9 @@ build() {
 }
 
 seeds() {
-    # The seeds are written by the harness library itself (a stable build).
-    cargo run -q --release -p arrow-device-fuzz --bin write-seeds -- "$work/seeds" "$@" >&2
+    # The seeds are written by the harness library itself, on stable, in
+    # the dev profile: the build the test command made already.
+    cargo run -q -p arrow-device-fuzz --bin write-seeds -- "$work/seeds" "$@" >&2
 }
 
 case "$mode" in

@@ -30,6 +30,16 @@ LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_GPU=1 ARROW_DEVICE_REQUIRE_STANDIN
 # The committed PTX is what convert.cu compiles to, and ptxas accepts it.
 bash scripts/check-ptx.sh
 
+# Fuzzing and sanitizers (nightly Rust; each step says "skipped" without
+# it). The committed fuzz corpus already replayed above, on stable, through
+# the same harnesses (arrow-device-fuzz's tests); here each target also runs
+# 20 seconds under libFuzzer and AddressSanitizer from that corpus, then the
+# unsafe-heavy suites run under AddressSanitizer with leak detection, and
+# Miri runs the code that makes no system call (its short part).
+bash scripts/fuzz.sh short 20
+bash scripts/sanitizers.sh asan
+bash scripts/sanitizers.sh miri-short
+
 # The Python package, built into a virtual environment with its peers;
 # then its CUDA paths against the stand-in.
 python=$(bash scripts/python-env.sh)
