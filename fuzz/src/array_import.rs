@@ -10,9 +10,9 @@
 //!   backing what they claim;
 //! * the root node: a tag byte; tag 0 is an explicit node (format, name,
 //!   metadata, flags, length, null count, offset, buffers, children,
-//!   dictionary, released flags: see [`explicit`]), any other tag a valid
+//!   dictionary, released flags: see `explicit`), any other tag a valid
 //!   array of [`crate::gen`] read back from its exported structs;
-//! * up to 8 mutations (see [`mutate`]), each aimed at a node by a path of
+//! * up to 8 mutations (see `mutate`), each aimed at a node by a path of
 //!   child indices: lengths, offsets, null counts, buffer bytes, NULL or cut
 //!   buffers, buffers and children added or dropped, another format, flags,
 //!   metadata, nodes handed over released.
@@ -343,7 +343,7 @@ fn c_bytes(bytes: &[u8]) -> Vec<u8> {
     bytes.split(|b| *b == 0).next().unwrap_or_default().to_vec()
 }
 
-/// Writes what [`explicit`] reads for the nodes of a tree: how the seeds
+/// Writes what `explicit` reads for the nodes of a tree: how the seeds
 /// from real arrays are encoded.
 pub fn encode_explicit(out: &mut Encoder, array: &ArrayNode, schema: &SchemaNode) {
     out.u8(0);
@@ -465,7 +465,7 @@ enum Step {
     Dictionary,
 }
 
-/// A path read from the input (see [`mutate`]), cut where the trees end or
+/// A path read from the input (see `mutate`), cut where the trees end or
 /// disagree.
 fn path(input: &mut Input, array: &ArrayNode, schema: &SchemaNode) -> Vec<Step> {
     let depth = input.below(4);

@@ -20,7 +20,7 @@ use crate::input::Input;
 pub const MAX_LEN: usize = 24;
 pub const MAX_DEPTH: usize = 3;
 
-/// The number of type tags; tags from [`FIRST_NESTED`] on are nested types
+/// The number of type tags; tags from `FIRST_NESTED` on are nested types
 /// (a dictionary's values too: nesting is bounded through them as well).
 pub const TYPES: u8 = 48;
 const FIRST_NESTED: u8 = 36;

@@ -11,8 +11,8 @@
 //!   values say. Without it a consumer would be entitled to read past the
 //!   producer's memory (the C interface carries no buffer sizes), and a
 //!   crash would be the producer's fault, not a finding.
-//! * [`from_c`]: reads a tree that a conforming producer exported back into
-//!   nodes, for seeds.
+//! * [`array_from_c`] and [`schema_from_c`]: read a tree that a conforming
+//!   producer exported back into nodes, for seeds.
 
 use std::ffi::CStr;
 
