@@ -139,9 +139,10 @@ impl<S> Bridge<S> {
     }
 
     /// Calls the wrapped producer's `get_schema` into `out` and hands on its
-    /// answer, unless it returned 0 without writing a schema: a consumer may
-    /// take a successful call's schema as live (arrow-rs' reader asserts on
-    /// it), so a released one is refused here, with a message.
+    /// answer, unless it returned 0 without writing a schema: for the
+    /// device-to-C bridge, whose consumers take a successful call's schema
+    /// as live (arrow-rs' reader asserts on it), so a released one is
+    /// refused here, with a message.
     ///
     /// The callback's stream is `view(&mut self.inner)`, taken here: a
     /// pointer into the bridge that the caller took before this call's
@@ -316,11 +317,14 @@ mod from_ffi {
         // SAFETY: the consumer passes our stream.
         unsafe {
             with_bridge(stream, |bridge: &mut B| {
-                match raw::stream(&bridge.inner).get_schema {
-                    // SAFETY: the wrapped producer's callback on its stream,
-                    // viewed through the public-field mirror (same layout);
+                // Passed through as it comes: the device stream's consumer
+                // checks the schema it gets (ours refuses a released one
+                // with the invalid-data error its callers expect).
+                let inner = raw::stream_mut(&mut bridge.inner);
+                match inner.get_schema {
+                    // SAFETY: the wrapped producer's callback on its stream;
                     // `out` is the consumer's, passed through.
-                    Some(get_schema) => bridge.get_schema(get_schema, |s| raw::stream_mut(s), out),
+                    Some(get_schema) => get_schema(inner, out),
                     None => bridge.fail(stream_error("the wrapped stream was released")),
                 }
             })
