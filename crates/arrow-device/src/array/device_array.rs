@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use arrow_array::{make_array, Array, ArrayRef, RecordBatch, RecordBatchOptions, StructArray};
 use arrow_buffer::alloc::Allocation;
+use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 
@@ -494,11 +495,14 @@ impl DeviceArray {
     /// arrow-rs' `validate_full` before handing data from an untrusted
     /// producer, imported at a lower level, to a kernel.
     pub fn to_host(&self) -> Result<ArrayRef> {
-        let data = self.host_data()?;
         if !self.storage.structure_checked && !self.values_checked() {
+            let data = self.host_data()?;
             validate::structure(&data, &Path::root())?;
+            return Ok(make_array(data));
         }
-        Ok(make_array(data))
+        // SAFETY: the structure was checked (above); the wrapped buffers are
+        // the host's (see `on_host`).
+        self.on_host(|node, mut wrap| unsafe { node.to_array(&mut wrap) })
     }
 
     /// [`DeviceArray::to_host`] with every value checked first
@@ -532,26 +536,38 @@ impl DeviceArray {
     // import hot path, measurable on a single small array.
     #[inline(always)]
     fn host_data(&self) -> Result<ArrayData> {
+        // SAFETY: `on_host` hands over host buffers of a tree that passed
+        // import validation.
+        self.on_host(|node, mut wrap| unsafe { node.to_array_data(&mut wrap) })
+    }
+
+    /// Runs `build` on the tree in host memory (waited on, copied to the
+    /// host if needed), with `wrap` turning each of its buffers into an
+    /// arrow-rs buffer that keeps the memory alive. `build` may assume that
+    /// the node's buffers are host-accessible for their sizes while the
+    /// wrapped buffers live, and that the tree passed import validation.
+    #[inline(always)]
+    fn on_host<T>(
+        &self,
+        build: impl FnOnce(&Node, &mut dyn FnMut(RawBuf) -> Buffer) -> Result<T>,
+    ) -> Result<T> {
         let device = self.require_device()?;
-        let data = if device.is_host_accessible() {
+        if device.is_host_accessible() {
             self.storage.sync.wait_host(device.as_ref())?;
             let owner: Arc<dyn Allocation> = self.storage.clone();
             // SAFETY: host-accessible memory, synchronized above, kept alive
-            // by `owner`; the tree passed import validation.
-            unsafe { self.node().to_array_data(&mut |b| wrap_owned(b, &owner)) }?
+            // by `owner`.
+            build(self.node(), &mut |b| unsafe { wrap_owned(b, &owner) })
         } else {
             let (host_node, memory) =
                 copy::device_to_host(self.node(), device, &self.storage.sync)?;
             let base = memory.as_ptr() as usize;
-            // SAFETY: every buffer of `host_node` lies inside `memory`, which
-            // each slice keeps alive.
-            unsafe {
-                host_node.to_array_data(&mut |b: RawBuf| {
-                    memory.slice_with_length(b.ptr as usize - base, b.len)
-                })
-            }?
-        };
-        Ok(data)
+            // Every buffer of `host_node` lies inside `memory`, which each
+            // slice keeps alive.
+            build(&host_node, &mut |b: RawBuf| {
+                memory.slice_with_length(b.ptr as usize - base, b.len)
+            })
+        }
     }
 
     /// Copies a struct array to the host as a record batch; the schema's

@@ -25,6 +25,7 @@ pub(crate) mod copy;
 mod device_array;
 mod device_reads;
 pub(crate) mod export;
+mod export_block;
 mod host_memory;
 mod import;
 pub(crate) mod layout;

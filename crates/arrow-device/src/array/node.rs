@@ -14,9 +14,17 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_buffer::{BooleanBufferBuilder, Buffer, MutableBuffer};
+use arrow_array::types::{BinaryType, ByteArrayType, LargeBinaryType, LargeUtf8Type, Utf8Type};
+use arrow_array::{
+    downcast_primitive, make_array, Array, ArrayRef, ArrowPrimitiveType, BooleanArray,
+    GenericByteArray, GenericListArray, NullArray, OffsetSizeTrait, PrimitiveArray, StructArray,
+};
+use arrow_buffer::{
+    BooleanBuffer, BooleanBufferBuilder, Buffer, MutableBuffer, NullBuffer, OffsetBuffer,
+    ScalarBuffer,
+};
 use arrow_data::{ArrayData, ArrayDataBuilder};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, FieldRef};
 
 use crate::array::layout::{self, BufferKind};
 use crate::error::Result;
@@ -384,6 +392,165 @@ impl Node {
 }
 
 impl Node {
+    /// The arrow-rs array over host-accessible buffers, built straight from
+    /// its parts for the common types (primitives, booleans, strings and
+    /// binaries, structs, lists, nulls) and through [`Node::to_array_data`]
+    /// and `make_array` otherwise. The same arrays either way; the direct
+    /// path skips an `ArrayData` per node, and its buffer list.
+    ///
+    /// # Safety
+    /// As for [`Node::to_array_data`]; the tree's structure must also have
+    /// been checked (`validate::structure`, or an import at a level that
+    /// covers it): the parts are assembled without arrow-rs' checks.
+    pub(crate) unsafe fn to_array(
+        &self,
+        wrap: &mut impl FnMut(RawBuf) -> Buffer,
+    ) -> Result<ArrayRef> {
+        let offsets_missing = matches!(
+            layout::buffer_kinds(&self.data_type).get(1),
+            Some(BufferKind::Offsets(_))
+        ) && self.buffers.get(1).is_some_and(|b| b.ptr.is_null());
+        if !self.buffers_aligned() || offsets_missing {
+            // SAFETY: forwarded from the caller.
+            return Ok(make_array(unsafe { self.to_array_data(wrap) }?));
+        }
+        let (len, offset) = (self.len, self.offset);
+        let array: ArrayRef = match &self.data_type {
+            DataType::Null => Arc::new(NullArray::new(len)),
+            DataType::Boolean => {
+                let nulls = self.nulls(wrap);
+                let values = BooleanBuffer::new(wrap_or_empty(self.buffers[1], wrap), offset, len);
+                // SAFETY: the bitmap covers the slots (import validation).
+                Arc::new(unsafe { BooleanArray::new_unchecked(values, nulls) })
+            }
+            DataType::Utf8 => self.bytes::<Utf8Type>(wrap),
+            DataType::LargeUtf8 => self.bytes::<LargeUtf8Type>(wrap),
+            DataType::Binary => self.bytes::<BinaryType>(wrap),
+            DataType::LargeBinary => self.bytes::<LargeBinaryType>(wrap),
+            DataType::List(field) => self.list::<i32>(field, wrap)?,
+            DataType::LargeList(field) => self.list::<i64>(field, wrap)?,
+            DataType::Struct(fields) => {
+                let nulls = self.nulls(wrap);
+                let mut columns = Vec::with_capacity(self.children.len());
+                for child in &self.children {
+                    // SAFETY: the caller's guarantee extends to the tree.
+                    let column = unsafe { child.to_array(wrap) }?;
+                    // Children are laid out by the producer: the struct's
+                    // window of them is taken here, as arrow-rs does.
+                    columns.push(if offset != 0 || column.len() != len {
+                        column.slice(offset, len)
+                    } else {
+                        column
+                    });
+                }
+                // SAFETY: every column has `len` slots (sliced above from
+                // children at least that long, a checked structure), of
+                // its field's type.
+                Arc::new(unsafe {
+                    StructArray::new_unchecked_with_length(fields.clone(), columns, nulls, len)
+                })
+            }
+            data_type if data_type.is_primitive() => {
+                macro_rules! primitive {
+                    ($t:ty) => {
+                        self.primitive_array::<$t>(wrap)
+                    };
+                }
+                downcast_primitive! {
+                    data_type => (primitive),
+                    // SAFETY: forwarded from the caller.
+                    _ => make_array(unsafe { self.to_array_data(wrap) }?),
+                }
+            }
+            // SAFETY: forwarded from the caller.
+            _ => make_array(unsafe { self.to_array_data(wrap) }?),
+        };
+        Ok(array)
+    }
+
+    /// The validity bitmap as arrow-rs nulls: `None` without a bitmap or
+    /// without nulls; the producer's count is trusted as in
+    /// [`Node::to_array_data`].
+    fn nulls(&self, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Option<NullBuffer> {
+        let validity = *self.buffers.first()?;
+        if validity.ptr.is_null() || self.null_count == Some(0) {
+            return None;
+        }
+        let bits = BooleanBuffer::new(wrap(validity), self.offset, self.len);
+        let nulls = match self.null_count {
+            // SAFETY: below `Full` the C Data Interface's count is trusted;
+            // at `Full` it was checked against the bitmap.
+            Some(count) => unsafe { NullBuffer::new_unchecked(bits, count) },
+            None => NullBuffer::new(bits),
+        };
+        (nulls.null_count() > 0).then_some(nulls)
+    }
+
+    fn primitive_array<T: ArrowPrimitiveType>(
+        &self,
+        wrap: &mut impl FnMut(RawBuf) -> Buffer,
+    ) -> ArrayRef {
+        let nulls = self.nulls(wrap);
+        let values = ScalarBuffer::new(wrap_or_empty(self.buffers[1], wrap), self.offset, self.len);
+        // SAFETY: `nulls` (when present) has the array's length.
+        let array = unsafe { PrimitiveArray::<T>::new_unchecked(values, nulls) };
+        if self.data_type == T::DATA_TYPE {
+            Arc::new(array)
+        } else {
+            // A time zone, a decimal's precision and scale.
+            Arc::new(array.with_data_type(self.data_type.clone()))
+        }
+    }
+
+    fn bytes<T: ByteArrayType>(&self, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> ArrayRef {
+        let nulls = self.nulls(wrap);
+        let offsets = ScalarBuffer::new(
+            wrap_or_empty(self.buffers[1], wrap),
+            self.offset,
+            self.len + 1,
+        );
+        let values = wrap_or_empty(self.buffers[2], wrap);
+        // SAFETY: the offsets of a checked structure; their values are
+        // trusted as in `to_array_data` (checked only at `Full`).
+        Arc::new(unsafe {
+            GenericByteArray::<T>::new_unchecked(
+                OffsetBuffer::new_unchecked(offsets),
+                values,
+                nulls,
+            )
+        })
+    }
+
+    fn list<O: OffsetSizeTrait>(
+        &self,
+        field: &FieldRef,
+        wrap: &mut impl FnMut(RawBuf) -> Buffer,
+    ) -> Result<ArrayRef> {
+        let nulls = self.nulls(wrap);
+        let offsets = ScalarBuffer::<O>::new(
+            wrap_or_empty(self.buffers[1], wrap),
+            self.offset,
+            self.len + 1,
+        );
+        let Some(child) = self.children.first() else {
+            // SAFETY: the caller's guarantee; no child is a structure
+            // defect that arrow-rs reports.
+            return Ok(make_array(unsafe { self.to_array_data(wrap) }?));
+        };
+        // SAFETY: the caller's guarantee extends to the tree.
+        let values = unsafe { child.to_array(wrap) }?;
+        // SAFETY: a checked structure: the last offset is within the child,
+        // of the field's type.
+        Ok(Arc::new(unsafe {
+            GenericListArray::<O>::new_unchecked(
+                field.clone(),
+                OffsetBuffer::new_unchecked(offsets),
+                values,
+                nulls,
+            )
+        }))
+    }
+
     /// Whether every buffer of this node (not its children) is aligned for
     /// the widest value arrow-rs reads from it: at least as strict as the
     /// alignments arrow-rs' `align_buffers` checks.

@@ -1,0 +1,182 @@
+//! One exchange repeated N times, for instruction counts under callgrind
+//! (`scripts/profile.sh`), which repeat exactly where wall-clock medians
+//! move by ±5% on a shared machine.
+//!
+//! `profile_exchange CASE SIDE N`:
+//! * CASE: `int64` (1,024 values, every 7th null), `utf8` (1,024 strings),
+//!   `batch100` (100 columns of int64, float64 and utf8);
+//! * SIDE: `ours` (export + import at `default` + `to_host`), `ours-export`,
+//!   `ours-import` (import at `default` + `to_host` of structs made beforehand),
+//!   `arrow-rs` (`to_ffi` + `from_ffi` + `make_array`), `arrow-rs-export`,
+//!   `arrow-rs-import`.
+//!
+//! Only `measured` is counted (setup such as the structs an import side
+//! consumes is made outside it), and the difference between N = 1,001 and
+//! N = 1 over 1,000 is the cost of one exchange without first-call costs;
+//! `scripts/profile.sh` does that subtraction.
+use std::hint::black_box;
+use std::sync::Arc;
+
+use arrow_array::ffi::{from_ffi, to_ffi};
+use std::ptr::NonNull;
+
+use arrow_array::{
+    make_array, Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
+};
+use arrow_buffer::alloc::Allocation;
+use arrow_buffer::{Buffer, MutableBuffer};
+use arrow_data::ArrayData;
+use arrow_device::{export_array, DeviceArray, ValidationLevel};
+use arrow_schema::{DataType, Field, Schema};
+
+fn int64s(len: usize) -> ArrayRef {
+    Arc::new(
+        (0..len as i64)
+            .map(|i| (i % 7 != 0).then_some(i))
+            .collect::<Int64Array>(),
+    )
+}
+
+fn strings(len: usize) -> ArrayRef {
+    Arc::new(
+        (0..len)
+            .map(|i| (i % 13 != 0).then(|| format!("v{i}")))
+            .collect::<StringArray>(),
+    )
+}
+
+fn batch(columns: usize, rows: usize) -> ArrayRef {
+    let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = (0..columns)
+        .map(|i| -> (Field, ArrayRef) {
+            let name = format!("c{i}");
+            match i % 3 {
+                0 => (Field::new(name, DataType::Int64, true), int64s(rows)),
+                1 => (
+                    Field::new(name, DataType::Float64, true),
+                    Arc::new(
+                        (0..rows)
+                            .map(|i| (i % 11 != 0).then_some(i as f64))
+                            .collect::<Float64Array>(),
+                    ),
+                ),
+                _ => (Field::new(name, DataType::Utf8, true), strings(rows)),
+            }
+        })
+        .unzip();
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("columns match");
+    Arc::new(StructArray::from(batch))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, case, side, n] = &args[..] else {
+        eprintln!("usage: profile_exchange int64|utf8|batch100 ours|ours-export|ours-import|arrow-rs|arrow-rs-export|arrow-rs-import N");
+        std::process::exit(2);
+    };
+    let n: usize = n.parse().expect("N is a count");
+    let array = match case.as_str() {
+        "int64" => int64s(1024),
+        "utf8" => strings(1024),
+        "batch100" => batch(100, 1024),
+        other => panic!("unknown case {other}"),
+    };
+    let array = array.as_ref();
+    match side.as_str() {
+        "ours" => measured(n, || {
+            let (c_array, c_schema) = export_array(black_box(array)).expect("exportable");
+            // SAFETY: the structs come from this crate's exporter.
+            let imported =
+                unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
+                    .expect("valid");
+            black_box(imported.to_host().expect("CPU memory"));
+        }),
+        "ours-export" => measured(n, || {
+            black_box(export_array(black_box(array)).expect("exportable"));
+        }),
+        "ours-import" => {
+            let mut exports: Vec<_> = (0..n)
+                .map(|_| export_array(array).expect("exportable"))
+                .collect();
+            measured(n, || {
+                let (c_array, c_schema) = exports.pop().expect("one per round");
+                // SAFETY: the structs come from this crate's exporter.
+                let imported =
+                    unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
+                        .expect("valid");
+                black_box(imported.to_host().expect("CPU memory"));
+            });
+        }
+        "arrow-rs" => measured(n, || {
+            let (c_array, c_schema) = to_ffi(&black_box(array).to_data()).expect("exportable");
+            // SAFETY: arrow-rs' own exporter made the structs.
+            let data = unsafe { from_ffi(c_array, &c_schema) }.expect("valid");
+            black_box(make_array(data));
+        }),
+        "arrow-rs-export" => measured(n, || {
+            black_box(to_ffi(&black_box(array).to_data()).expect("exportable"));
+        }),
+        "arrow-rs-import" => {
+            let mut exports: Vec<_> = (0..n)
+                .map(|_| to_ffi(&array.to_data()).expect("exportable"))
+                .collect();
+            measured(n, || {
+                let (c_array, c_schema) = exports.pop().expect("one per round");
+                // SAFETY: arrow-rs' own exporter made the structs.
+                let data = unsafe { from_ffi(c_array, &c_schema) }.expect("valid");
+                black_box(make_array(data));
+            });
+        }
+        "floor" => measured(n, || {
+            black_box(floor(black_box(array)));
+        }),
+        other => panic!("unknown side {other}"),
+    }
+}
+
+/// What any zero-copy exchange that hands back arrow-rs arrays pays
+/// whatever its C structs cost: `to_data`, one owner for the exported data,
+/// every buffer wrapped over it (`Buffer::from_custom_allocation`), the
+/// `ArrayData` tree rebuilt unchecked, `make_array`, and dropping it all.
+fn floor(array: &dyn Array) -> ArrayRef {
+    fn rebuild(data: &ArrayData, owner: &Arc<dyn Allocation>) -> ArrayData {
+        let wrap = |buffer: &Buffer| match NonNull::new(buffer.as_ptr().cast_mut()) {
+            // SAFETY: the pointer and length come from a live buffer that
+            // `owner` (which holds the exported data) keeps alive.
+            Some(ptr) if !buffer.is_empty() => unsafe {
+                Buffer::from_custom_allocation(ptr, buffer.len(), owner.clone())
+            },
+            _ => Buffer::from(MutableBuffer::new(0)),
+        };
+        let nulls = data.nulls().map(|n| wrap(n.buffer()));
+        let buffers = data.buffers().iter().map(wrap).collect();
+        let children = data
+            .child_data()
+            .iter()
+            .map(|c| rebuild(c, owner))
+            .collect();
+        // SAFETY: the same values as `data`, which arrow-rs validated.
+        unsafe {
+            ArrayData::new_unchecked(
+                data.data_type().clone(),
+                data.len(),
+                data.nulls().map(|n| n.null_count()),
+                nulls,
+                data.offset(),
+                buffers,
+                children,
+            )
+        }
+    }
+    let exported = Arc::new(array.to_data());
+    let owner: Arc<dyn Allocation> = exported.clone();
+    make_array(rebuild(&exported, &owner))
+}
+
+/// The part callgrind counts (`--toggle-collect=*measured*`): setup such as
+/// the exports an import side consumes stays outside.
+#[inline(never)]
+fn measured(n: usize, mut round: impl FnMut()) {
+    for _ in 0..n {
+        round();
+    }
+}

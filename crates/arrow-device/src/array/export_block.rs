@@ -1,0 +1,524 @@
+//! The block an exported array tree lives in: one allocation per tree (none
+//! beyond the block itself for a tree of up to [`INLINE_WORDS`] words), the
+//! walk that fills it, and the release callback of every struct (spec:
+//! "Release callback semantics -- for producers").
+//!
+//! The block holds what keeps the data alive (the owner), every struct below
+//! the root, the buffer and child pointer arrays, and the variadic sizes of
+//! view arrays. Every struct of the tree, the root included, counts one
+//! reference to it, given up by that struct's own release, so a child the
+//! consumer moved out (spec: "Moving child arrays") keeps the block, and the
+//! data, alive after its parent is released; the last release frees both.
+
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arrow_buffer::Buffer;
+use arrow_data::ArrayData;
+use arrow_schema::DataType;
+
+use crate::abi::raw;
+use crate::array::layout;
+use crate::array::node::{self, Node};
+use crate::device::{self, DeviceBuffer};
+
+/// Words stored in the block itself: a leaf's buffer pointers, or a
+/// dictionary array's two structs, need no second allocation.
+const INLINE_WORDS: usize = 24;
+
+/// The words one `ArrowArray` takes in the block.
+const STRUCT_WORDS: usize = std::mem::size_of::<raw::ArrowArray>() / WORD;
+const WORD: usize = std::mem::size_of::<usize>();
+const _: () = assert!(
+    std::mem::size_of::<raw::ArrowArray>() % WORD == 0
+        && std::mem::align_of::<raw::ArrowArray>() <= std::mem::align_of::<usize>()
+);
+
+/// One level of a tree to export, read the same way from arrow-rs data and
+/// from a [`Node`].
+pub(crate) trait Source: Sized {
+    fn len(&self) -> usize;
+    fn offset(&self) -> usize;
+    /// -1 when unknown.
+    fn null_count(&self) -> i64;
+    fn data_type(&self) -> &DataType;
+    /// The buffers in C order, without the variadic-sizes buffer of view
+    /// types.
+    fn n_buffers(&self) -> usize;
+    /// Buffer `i` of [`Source::n_buffers`]; a bitmap that must be copied
+    /// to start at the array's offset is pushed to `extra`, which the block
+    /// keeps.
+    fn buffer(&self, i: usize, extra: &mut Vec<Buffer>) -> *const c_void;
+    /// Size in bytes of buffer `i`, for the variadic sizes of view types
+    /// (only asked of their data buffers).
+    fn buffer_len(&self, i: usize) -> usize;
+    fn children(&self) -> &[Self];
+    fn dictionary(&self) -> Option<&Self>;
+}
+
+impl Source for ArrayData {
+    fn len(&self) -> usize {
+        ArrayData::len(self)
+    }
+    fn offset(&self) -> usize {
+        ArrayData::offset(self)
+    }
+    fn null_count(&self) -> i64 {
+        node::exported_null_count(self) as i64
+    }
+    fn data_type(&self) -> &DataType {
+        ArrayData::data_type(self)
+    }
+    fn n_buffers(&self) -> usize {
+        usize::from(layout::has_validity(self.data_type())) + self.buffers().len()
+    }
+    fn buffer(&self, i: usize, extra: &mut Vec<Buffer>) -> *const c_void {
+        if layout::has_validity(self.data_type()) {
+            if i == 0 {
+                return node::validity_of(self, extra).ptr.cast();
+            }
+            self.buffers()[i - 1].as_ptr().cast()
+        } else {
+            self.buffers()[i].as_ptr().cast()
+        }
+    }
+    fn buffer_len(&self, i: usize) -> usize {
+        // Only view types ask, and they have a validity bitmap.
+        self.buffers()[i - 1].len()
+    }
+    fn children(&self) -> &[Self] {
+        match self.data_type() {
+            DataType::Dictionary(_, _) => &[],
+            _ => self.child_data(),
+        }
+    }
+    fn dictionary(&self) -> Option<&Self> {
+        match self.data_type() {
+            DataType::Dictionary(_, _) => self.child_data().first(),
+            _ => None,
+        }
+    }
+}
+
+impl Source for Node {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    fn null_count(&self) -> i64 {
+        self.null_count.map_or(-1, |n| n as i64)
+    }
+    fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+    fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+    fn buffer(&self, i: usize, _: &mut Vec<Buffer>) -> *const c_void {
+        // Node buffers already start at the node's offset.
+        self.buffers[i].ptr.cast()
+    }
+    fn buffer_len(&self, i: usize) -> usize {
+        self.buffers[i].len
+    }
+    fn children(&self) -> &[Self] {
+        &self.children
+    }
+    fn dictionary(&self) -> Option<&Self> {
+        self.dictionary.as_deref()
+    }
+}
+
+/// The variadic sizes of a view node: `(first data buffer, count)`.
+fn variadic<S: Source>(source: &S) -> Option<(usize, usize)> {
+    // Validity and views come first.
+    layout::is_view(source.data_type()).then(|| (2, source.n_buffers().saturating_sub(2)))
+}
+
+/// Words the structs below `source` take, `source`'s own struct excluded.
+fn words_below<S: Source>(source: &S) -> usize {
+    let own = source.n_buffers()
+        + variadic(source).map_or(0, |(_, count)| 1 + count)
+        + source.children().len();
+    let below: usize = source
+        .children()
+        .iter()
+        .chain(source.dictionary())
+        .map(|child| STRUCT_WORDS + words_below(child))
+        .sum();
+    own + below
+}
+
+/// The structs below `source`, each one reference to the block.
+fn structs_below<S: Source>(source: &S) -> usize {
+    source
+        .children()
+        .iter()
+        .chain(source.dictionary())
+        .map(|child| 1 + structs_below(child))
+        .sum()
+}
+
+/// The shared part of every block, first in it: what each struct's
+/// `private_data` points to.
+#[repr(C)]
+struct Header {
+    /// Structs of the tree not yet released.
+    structs: AtomicUsize,
+    /// Frees the whole block, whose owner type only this knows.
+    free: unsafe fn(*mut Header),
+}
+
+#[repr(C)]
+struct Block<O> {
+    header: Header,
+    inline: [MaybeUninit<usize>; INLINE_WORDS],
+    /// The words when the tree needs more than [`INLINE_WORDS`].
+    heap: Vec<MaybeUninit<usize>>,
+    /// Validity bitmaps copied to start at their array's offset.
+    realigned: Vec<Buffer>,
+    /// Variadic sizes written to host memory the device offers.
+    host_visible: Vec<DeviceBuffer>,
+    _owner: O,
+}
+
+/// # Safety
+/// `header` is the header of a `Block<O>` from `Box::into_raw`, no longer
+/// referenced by any struct.
+unsafe fn free_block<O>(header: *mut Header) {
+    // SAFETY: forwarded from the caller; the header is the first field of a
+    // `#[repr(C)]` block.
+    drop(unsafe { Box::from_raw(header.cast::<Block<O>>()) });
+}
+
+/// Writes the tree that `source` finds (in `owner`, or beside it), whose
+/// memory `owner` keeps alive, into one block, and returns the root struct. `device` is the implementation of the
+/// device the buffers live on (`None` for the CPU or an opaque device):
+/// where it offers host-accessible memory, the variadic sizes of view
+/// arrays go there (see the crate documentation).
+pub(crate) fn export_tree<'s, S, O>(
+    owner: O,
+    source: impl FnOnce(&'s O) -> &'s S,
+    device: Option<&dyn device::Device>,
+) -> raw::ArrowArray
+where
+    S: Source + 's,
+    O: Send + Sync + 'static,
+{
+    let block = Box::into_raw(Box::new(Block {
+        header: Header {
+            // Set below, once the tree is known.
+            structs: AtomicUsize::new(0),
+            free: free_block::<O>,
+        },
+        inline: [MaybeUninit::uninit(); INLINE_WORDS],
+        heap: Vec::new(),
+        realigned: Vec::new(),
+        host_visible: Vec::new(),
+        _owner: owner,
+    }));
+    // SAFETY: `block` is live and not shared yet; the owner is only read
+    // from here on, and lives (in place) as long as the block, which no
+    // struct can free before this function returns them.
+    let owner: &'s O = unsafe { &(*block)._owner };
+    let source = source(owner);
+    let words = words_below(source);
+    // SAFETY: as above; no struct refers to the block yet.
+    unsafe { (*block).header.structs = AtomicUsize::new(1 + structs_below(source)) };
+    // SAFETY: as above; the word area is taken once, here, and only written
+    // through `next` afterwards.
+    let area = unsafe {
+        if words <= INLINE_WORDS {
+            (*block).inline.as_mut_ptr()
+        } else {
+            (*block).heap = Vec::with_capacity(words);
+            (*block).heap.as_mut_ptr()
+        }
+    };
+    let mut writer = Writer {
+        block: block.cast::<Header>(),
+        next: area.cast::<usize>(),
+        // SAFETY: `area` has at least `words` words.
+        end: unsafe { area.cast::<usize>().add(words) },
+        // SAFETY: the vectors are only touched by this walk until it ends.
+        realigned: unsafe { &mut (*block).realigned },
+        host_visible: unsafe { &mut (*block).host_visible },
+        device,
+    };
+    writer.write(source)
+}
+
+/// The walk that fills a block in the order [`words_below`] counted.
+struct Writer<'b> {
+    block: *mut Header,
+    next: *mut usize,
+    end: *mut usize,
+    realigned: &'b mut Vec<Buffer>,
+    host_visible: &'b mut Vec<DeviceBuffer>,
+    device: Option<&'b dyn device::Device>,
+}
+
+impl Writer<'_> {
+    /// The next `words` words of the block, for this caller alone.
+    fn reserve(&mut self, words: usize) -> *mut usize {
+        // The count above walked the same tree; running past the block
+        // would write out of bounds, so stop instead.
+        assert!(
+            (self.end as usize - self.next as usize) / WORD >= words,
+            "array export: the tree changed between the count and the write"
+        );
+        let start = self.next;
+        // SAFETY: within the block (checked).
+        self.next = unsafe { self.next.add(words) };
+        start
+    }
+
+    /// Writes `source`'s subtree and returns its struct.
+    fn write<S: Source>(&mut self, source: &S) -> raw::ArrowArray {
+        let n_buffers = source.n_buffers();
+        let variadic = variadic(source);
+        let n_c_buffers = n_buffers + usize::from(variadic.is_some());
+        let buffers = self.reserve(n_c_buffers).cast::<*const c_void>();
+        for i in 0..n_buffers {
+            // SAFETY: `i` < n_c_buffers, reserved above for this node.
+            unsafe { *buffers.add(i) = source.buffer(i, self.realigned) };
+        }
+        if let Some((first, count)) = variadic {
+            let sizes = self.variadic_sizes(source, first, count);
+            // SAFETY: the last reserved slot.
+            unsafe { *buffers.add(n_buffers) = sizes };
+        }
+        let children = source.children();
+        let pointers = self.reserve(children.len()).cast::<*mut raw::ArrowArray>();
+        for (i, child) in children.iter().enumerate() {
+            let slot = self.reserve(STRUCT_WORDS).cast::<raw::ArrowArray>();
+            let written = self.write(child);
+            // SAFETY: `slot` and pointer `i` were reserved for this node.
+            unsafe {
+                slot.write(written);
+                *pointers.add(i) = slot;
+            }
+        }
+        let dictionary = match source.dictionary() {
+            Some(dictionary) => {
+                let slot = self.reserve(STRUCT_WORDS).cast::<raw::ArrowArray>();
+                let written = self.write(dictionary);
+                // SAFETY: reserved for this node's dictionary.
+                unsafe { slot.write(written) };
+                slot
+            }
+            None => null_mut(),
+        };
+        raw::ArrowArray {
+            length: source.len() as i64,
+            null_count: source.null_count(),
+            offset: source.offset() as i64,
+            n_buffers: n_c_buffers as i64,
+            n_children: children.len() as i64,
+            buffers: if n_c_buffers == 0 {
+                null_mut()
+            } else {
+                buffers
+            },
+            children: if children.is_empty() {
+                null_mut()
+            } else {
+                pointers
+            },
+            dictionary,
+            release: Some(release),
+            private_data: self.block.cast(),
+        }
+    }
+
+    /// The variadic-sizes buffer of a view node: host memory the device can
+    /// read too where it offers some, the block otherwise.
+    fn variadic_sizes<S: Source>(
+        &mut self,
+        source: &S,
+        first: usize,
+        count: usize,
+    ) -> *const c_void {
+        let sizes = self.reserve(count).cast::<i64>();
+        for j in 0..count {
+            // SAFETY: `count` words reserved above.
+            unsafe { *sizes.add(j) = source.buffer_len(first + j) as i64 };
+        }
+        let bytes = count * std::mem::size_of::<i64>();
+        match self.device.and_then(|d| d.allocate_host_accessible(bytes)) {
+            Some(buffer)
+                if buffer.len() >= bytes
+                    && !buffer.as_ptr().is_null()
+                    && buffer.as_ptr() as usize % std::mem::align_of::<i64>() == 0 =>
+            {
+                // SAFETY: host-writable memory (the `Device` contract) of at
+                // least `bytes` bytes, aligned for i64 (both checked), not
+                // yet shared; the source is the `count` sizes written above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(sizes, buffer.as_ptr().cast::<i64>(), count)
+                };
+                let ptr = buffer.as_ptr().cast_const().cast();
+                self.host_visible.push(buffer);
+                ptr
+            }
+            // No sizes still get a (non-NULL) pointer: some consumers read
+            // the buffer without checking the count first.
+            _ => sizes.cast_const().cast(),
+        }
+    }
+}
+
+/// The release callback of every struct this crate exports: releases the
+/// children and dictionary that were not moved out, marks the struct
+/// released, and gives up its reference to the block.
+unsafe extern "C" fn release(array: *mut raw::ArrowArray) {
+    // A panic must not unwind into C; there is nothing to report it to, so it
+    // is swallowed after the struct is marked released.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the consumer passes the struct we exported (or a moved copy).
+        let Some(array) = (unsafe { array.as_mut() }) else {
+            return;
+        };
+        if array.release.is_none() || array.private_data.is_null() {
+            return;
+        }
+        let n_children = usize::try_from(array.n_children).unwrap_or(0);
+        for i in 0..n_children {
+            // SAFETY: the children pointer array lies in the block, alive
+            // while this struct holds its reference.
+            let child = unsafe { *array.children.add(i) };
+            release_child(child);
+        }
+        release_child(array.dictionary);
+        let header = array.private_data.cast::<Header>();
+        array.release = None;
+        array.private_data = null_mut();
+        // SAFETY: the block is alive while this struct's reference is held;
+        // the last reference frees it (the standard `Arc` protocol: release
+        // on the decrement, acquire before the free).
+        unsafe {
+            if (*header).structs.fetch_sub(1, Ordering::Release) == 1 {
+                std::sync::atomic::fence(Ordering::Acquire);
+                ((*header).free)(header);
+            }
+        }
+    }));
+}
+
+/// Releases a child struct in the block unless the consumer moved it out
+/// (then its `release` is NULL, and the moved copy releases itself).
+fn release_child(child: *mut raw::ArrowArray) {
+    if child.is_null() {
+        return;
+    }
+    // SAFETY: a struct in the block, alive while its parent holds a
+    // reference.
+    unsafe {
+        if let Some(release) = (*child).release {
+            release(child);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::types::Int8Type;
+    use arrow_array::{Array, DictionaryArray, Int32Array, StringArray, StructArray};
+    use arrow_schema::{DataType, Field};
+
+    use super::*;
+
+    /// A struct of (ints, dictionary of strings): four structs, one block.
+    fn tree() -> ArrayData {
+        let dictionary: DictionaryArray<Int8Type> = vec!["a", "b", "a", "c"].into_iter().collect();
+        StructArray::from(vec![
+            (
+                Arc::new(Field::new("i", DataType::Int32, true)),
+                Arc::new(Int32Array::from(vec![Some(1), None, Some(3), Some(4)])) as _,
+            ),
+            (
+                Arc::new(Field::new("d", dictionary.data_type().clone(), true)),
+                Arc::new(dictionary) as _,
+            ),
+        ])
+        .into_data()
+    }
+
+    /// Exports `tree()` with a sentinel owner, so the test sees when the
+    /// block is freed.
+    fn export(sentinel: &Arc<()>) -> raw::ArrowArray {
+        export_tree((tree(), sentinel.clone()), |(data, _)| data, None)
+    }
+
+    fn release_struct(array: &mut raw::ArrowArray) {
+        let release = array.release.expect("not released yet");
+        // SAFETY: a struct of this module's export, released once.
+        unsafe { release(array) };
+        assert!(array.release.is_none() && array.private_data.is_null());
+    }
+
+    #[test]
+    fn the_root_releases_the_whole_tree_and_the_owner_once() {
+        let sentinel = Arc::new(());
+        let mut root = export(&sentinel);
+        assert_eq!(Arc::strong_count(&sentinel), 2);
+        assert_eq!((root.n_children, root.n_buffers), (2, 1));
+        release_struct(&mut root);
+        assert_eq!(Arc::strong_count(&sentinel), 1);
+    }
+
+    #[test]
+    fn moved_children_and_dictionaries_outlive_the_root_and_release_alone() {
+        let sentinel = Arc::new(());
+        let mut root = export(&sentinel);
+        // Spec, "Moving child arrays": the consumer copies the struct out and
+        // marks the original released.
+        // SAFETY: the root's children pointer array holds two valid structs.
+        let (mut ints, mut dictionary) = unsafe {
+            let ints_slot = *root.children;
+            let dict_parent = *root.children.add(1);
+            let dictionary_slot = (*dict_parent).dictionary;
+            let moved = (ints_slot.read(), dictionary_slot.read());
+            (*ints_slot).release = None;
+            (*dictionary_slot).release = None;
+            moved
+        };
+        release_struct(&mut root);
+        // The moved structs hold the block: the data is still there.
+        assert_eq!(Arc::strong_count(&sentinel), 2);
+        // SAFETY: the int child's values buffer, four i32, still alive.
+        let values = unsafe { std::slice::from_raw_parts((*ints.buffers.add(1)).cast::<i32>(), 4) };
+        assert_eq!(values, [1, 0, 3, 4]);
+        assert_eq!(dictionary.length, 3);
+        release_struct(&mut ints);
+        assert_eq!(Arc::strong_count(&sentinel), 2);
+        release_struct(&mut dictionary);
+        assert_eq!(Arc::strong_count(&sentinel), 1);
+    }
+
+    #[test]
+    fn a_view_array_gets_its_variadic_sizes_in_the_block() {
+        let strings = StringArray::from(vec!["short", "a string longer than twelve bytes"]);
+        let views = arrow_array::StringViewArray::from_iter(strings.iter());
+        let data = views.into_data();
+        let sizes: Vec<i64> = data.buffers()[1..].iter().map(|b| b.len() as i64).collect();
+        let mut root = export_tree(data, |data| data, None);
+        assert_eq!(root.n_buffers as usize, 2 + sizes.len() + 1);
+        // SAFETY: the last buffer holds one i64 per variadic buffer.
+        let exported = unsafe {
+            std::slice::from_raw_parts(
+                (*root.buffers.add(root.n_buffers as usize - 1)).cast::<i64>(),
+                sizes.len(),
+            )
+        };
+        assert_eq!(exported, sizes);
+        release_struct(&mut root);
+    }
+}
