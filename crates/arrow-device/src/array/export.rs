@@ -26,13 +26,14 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_array::cast::AsArray;
+use arrow_array::{downcast_primitive, Array, NullArray, RecordBatch, StructArray};
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 
 use crate::abi::{raw, ArrowDeviceArray, DeviceType, FFI_ArrowSchema};
 use crate::array::copy;
-use crate::array::export_block::export_tree;
+use crate::array::export_block::{export_tree, exports_directly};
 use crate::array::node::Node;
 use crate::array::owner::Owner;
 use crate::device::{self, DeviceRef};
@@ -42,7 +43,49 @@ use crate::schema;
 /// Exports `array` zero-copy on the CPU (`device_id` -1, NULL `sync_event`).
 pub fn export_array(array: &dyn Array) -> Result<(ArrowDeviceArray, FFI_ArrowSchema)> {
     let schema = nullable_schema(array.data_type())?;
-    Ok((export_cpu(array.to_data()), schema))
+    Ok((export_array_cpu(array), schema))
+}
+
+/// The array half of [`export_array`]: the common types straight from
+/// their typed parts, the block owning a clone of the array (no allocation
+/// for it); others through `to_data`.
+fn export_array_cpu(array: &dyn Array) -> ArrowDeviceArray {
+    if !exports_directly(array) {
+        return export_cpu(array.to_data());
+    }
+    fn owned<A: Array + Clone + 'static>(array: &A) -> raw::ArrowArray {
+        export_tree(array.clone(), |array| array as &dyn Array, None)
+    }
+    macro_rules! primitive {
+        ($t:ty) => {
+            owned(array.as_primitive::<$t>())
+        };
+    }
+    let root = match array.data_type() {
+        DataType::Null => owned(
+            array
+                .as_any()
+                .downcast_ref::<NullArray>()
+                .expect("a null array"),
+        ),
+        DataType::Boolean => owned(array.as_boolean()),
+        DataType::Utf8 => owned(array.as_string::<i32>()),
+        DataType::LargeUtf8 => owned(array.as_string::<i64>()),
+        DataType::Binary => owned(array.as_binary::<i32>()),
+        DataType::LargeBinary => owned(array.as_binary::<i64>()),
+        DataType::Struct(_) => owned(array.as_struct()),
+        DataType::List(_) => owned(array.as_list::<i32>()),
+        DataType::LargeList(_) => owned(array.as_list::<i64>()),
+        data_type => downcast_primitive! {
+            data_type => (primitive),
+            // Dictionaries: an owning handle costs one allocation.
+            _ => {
+                let owner = array.slice(0, array.len());
+                export_tree(owner, |owner| owner.as_ref(), None)
+            }
+        },
+    };
+    wrap_cpu(root)
 }
 
 /// Exports `array` onto `device`, copying its buffers there (zero-copy when
@@ -65,7 +108,11 @@ pub fn export_record_batch(batch: &RecordBatch) -> Result<(ArrowDeviceArray, FFI
 /// The array half of [`export_record_batch`], for streams, whose schema
 /// travels once through `get_schema`.
 pub(crate) fn export_batch_array(batch: &RecordBatch) -> ArrowDeviceArray {
-    export_cpu(StructArray::from(batch.clone()).into_data())
+    let root = StructArray::from(batch.clone());
+    if !exports_directly(&root) {
+        return export_cpu(root.into_data());
+    }
+    wrap_cpu(export_tree(root, |root| root as &dyn Array, None))
 }
 
 /// The array half of [`export_record_batch_to`].
@@ -113,9 +160,14 @@ fn export_data_to(data: ArrayData, device: &DeviceRef) -> Result<ArrowDeviceArra
 fn export_cpu(data: ArrayData) -> ArrowDeviceArray {
     // No `Node` tree is built: on the CPU the C structs are written straight
     // from the arrow-rs data, which the export's block owns.
+    wrap_cpu(export_tree(data, |data| data, None))
+}
+
+/// A root struct of the CPU as a device array (`device_id` -1, no event).
+fn wrap_cpu(root: raw::ArrowArray) -> ArrowDeviceArray {
     let mut out = ArrowDeviceArray::empty();
     // SAFETY: a struct of our own whose `release` frees its block.
-    *unsafe { raw::array_mut(&mut out.array) } = export_tree(data, |data| data, None);
+    *unsafe { raw::array_mut(&mut out.array) } = root;
     out
 }
 

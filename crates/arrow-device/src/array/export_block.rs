@@ -16,6 +16,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::ByteArrayType;
+use arrow_array::{
+    downcast_primitive, Array, BinaryArray, BooleanArray, GenericByteArray, LargeBinaryArray,
+    LargeStringArray, NullArray, StringArray,
+};
 use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
@@ -39,7 +45,7 @@ const _: () = assert!(
 
 /// One level of a tree to export, read the same way from arrow-rs data and
 /// from a [`Node`].
-pub(crate) trait Source: Sized {
+pub(crate) trait Source {
     fn len(&self) -> usize;
     fn offset(&self) -> usize;
     /// -1 when unknown.
@@ -55,7 +61,8 @@ pub(crate) trait Source: Sized {
     /// Size in bytes of buffer `i`, for the variadic sizes of view types
     /// (only asked of their data buffers).
     fn buffer_len(&self, i: usize) -> usize;
-    fn children(&self) -> &[Self];
+    fn n_children(&self) -> usize;
+    fn child(&self, i: usize) -> &Self;
     fn dictionary(&self) -> Option<&Self>;
 }
 
@@ -89,11 +96,14 @@ impl Source for ArrayData {
         // Only view types ask, and they have a validity bitmap.
         self.buffers()[i - 1].len()
     }
-    fn children(&self) -> &[Self] {
+    fn n_children(&self) -> usize {
         match self.data_type() {
-            DataType::Dictionary(_, _) => &[],
-            _ => self.child_data(),
+            DataType::Dictionary(_, _) => 0,
+            _ => self.child_data().len(),
         }
+    }
+    fn child(&self, i: usize) -> &Self {
+        &self.child_data()[i]
     }
     fn dictionary(&self) -> Option<&Self> {
         match self.data_type() {
@@ -126,28 +136,162 @@ impl Source for Node {
     fn buffer_len(&self, i: usize) -> usize {
         self.buffers[i].len
     }
-    fn children(&self) -> &[Self] {
-        &self.children
+    fn n_children(&self) -> usize {
+        self.children.len()
+    }
+    fn child(&self, i: usize) -> &Self {
+        &self.children[i]
     }
     fn dictionary(&self) -> Option<&Self> {
         self.dictionary.as_deref()
     }
 }
 
+/// arrow-rs arrays read through their typed parts, without the `ArrayData`
+/// (and its buffer list) `to_data` would build per node: for the trees
+/// [`exports_directly`] accepts.
+impl Source for dyn Array {
+    fn len(&self) -> usize {
+        Array::len(self)
+    }
+    fn offset(&self) -> usize {
+        // Typed arrays slice their buffers, except the bits of booleans.
+        match Array::data_type(self) {
+            DataType::Boolean => self.as_boolean().values().offset(),
+            _ => 0,
+        }
+    }
+    fn null_count(&self) -> i64 {
+        match Array::data_type(self) {
+            DataType::Null => Array::len(self) as i64,
+            data_type if layout::has_validity(data_type) => Array::null_count(self) as i64,
+            _ => 0,
+        }
+    }
+    fn data_type(&self) -> &DataType {
+        Array::data_type(self)
+    }
+    fn n_buffers(&self) -> usize {
+        layout::buffer_kinds(Array::data_type(self)).len()
+    }
+    fn buffer(&self, i: usize, extra: &mut Vec<Buffer>) -> *const c_void {
+        if i == 0 {
+            let offset = Source::offset(self);
+            return node::validity_at(self.nulls(), offset, Array::len(self), extra)
+                .ptr
+                .cast();
+        }
+        let ptr = match Array::data_type(self) {
+            DataType::Boolean => self.as_boolean().values().inner().as_ptr(),
+            DataType::Utf8 => byte_buffer(self.as_string::<i32>(), i),
+            DataType::LargeUtf8 => byte_buffer(self.as_string::<i64>(), i),
+            DataType::Binary => byte_buffer(self.as_binary::<i32>(), i),
+            DataType::LargeBinary => byte_buffer(self.as_binary::<i64>(), i),
+            DataType::List(_) => self.as_list::<i32>().offsets().inner().inner().as_ptr(),
+            DataType::LargeList(_) => self.as_list::<i64>().offsets().inner().inner().as_ptr(),
+            // The keys' values (their bitmap is the array's, above).
+            DataType::Dictionary(_, _) => primitive_values(self.as_any_dictionary().keys()),
+            _ => primitive_values(self),
+        };
+        ptr.cast()
+    }
+    fn buffer_len(&self, _: usize) -> usize {
+        unreachable!("view arrays are exported through ArrayData")
+    }
+    fn n_children(&self) -> usize {
+        match Array::data_type(self) {
+            DataType::Struct(fields) => fields.len(),
+            DataType::List(_) | DataType::LargeList(_) => 1,
+            _ => 0,
+        }
+    }
+    fn child(&self, i: usize) -> &Self {
+        match Array::data_type(self) {
+            DataType::Struct(_) => self.as_struct().column(i).as_ref(),
+            DataType::List(_) => self.as_list::<i32>().values().as_ref(),
+            _ => self.as_list::<i64>().values().as_ref(),
+        }
+    }
+    fn dictionary(&self) -> Option<&Self> {
+        match Array::data_type(self) {
+            DataType::Dictionary(_, _) => Some(self.as_any_dictionary().values().as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// Offsets (C buffer 1) or data (2) of a string or binary array.
+fn byte_buffer<T: ByteArrayType>(array: &GenericByteArray<T>, i: usize) -> *const u8 {
+    match i {
+        1 => array.offsets().inner().inner().as_ptr(),
+        _ => array.values().as_ptr(),
+    }
+}
+
+/// The values of a primitive array (of any primitive type).
+fn primitive_values(array: &dyn Array) -> *const u8 {
+    macro_rules! values {
+        ($t:ty) => {
+            array.as_primitive::<$t>().values().inner().as_ptr()
+        };
+    }
+    downcast_primitive! {
+        array.data_type() => (values),
+        _ => unreachable!("exports_directly admits primitives only"),
+    }
+}
+
+/// Whether [`Source`] for `dyn Array` covers every node of `array`: the
+/// common types, each the arrow-rs array its data type names (a foreign
+/// `Array` implementation is not); anything else is exported through
+/// `to_data`.
+pub(crate) fn exports_directly(array: &dyn Array) -> bool {
+    let any = array.as_any();
+    match array.data_type() {
+        DataType::Null => any.is::<NullArray>(),
+        DataType::Boolean => any.is::<BooleanArray>(),
+        DataType::Utf8 => any.is::<StringArray>(),
+        DataType::LargeUtf8 => any.is::<LargeStringArray>(),
+        DataType::Binary => any.is::<BinaryArray>(),
+        DataType::LargeBinary => any.is::<LargeBinaryArray>(),
+        DataType::Struct(_) => array
+            .as_struct_opt()
+            .is_some_and(|s| s.columns().iter().all(|c| exports_directly(c.as_ref()))),
+        DataType::List(_) => array
+            .as_list_opt::<i32>()
+            .is_some_and(|l| exports_directly(l.values().as_ref())),
+        DataType::LargeList(_) => array
+            .as_list_opt::<i64>()
+            .is_some_and(|l| exports_directly(l.values().as_ref())),
+        DataType::Dictionary(_, _) => array
+            .as_any_dictionary_opt()
+            .is_some_and(|d| exports_directly(d.keys()) && exports_directly(d.values().as_ref())),
+        data_type => {
+            macro_rules! is_primitive {
+                ($t:ty) => {
+                    array.as_primitive_opt::<$t>().is_some()
+                };
+            }
+            downcast_primitive! {
+                data_type => (is_primitive),
+                _ => false,
+            }
+        }
+    }
+}
+
 /// The variadic sizes of a view node: `(first data buffer, count)`.
-fn variadic<S: Source>(source: &S) -> Option<(usize, usize)> {
+fn variadic<S: Source + ?Sized>(source: &S) -> Option<(usize, usize)> {
     // Validity and views come first.
     layout::is_view(source.data_type()).then(|| (2, source.n_buffers().saturating_sub(2)))
 }
 
 /// Words the structs below `source` take, `source`'s own struct excluded.
-fn words_below<S: Source>(source: &S) -> usize {
-    let own = source.n_buffers()
-        + variadic(source).map_or(0, |(_, count)| 1 + count)
-        + source.children().len();
-    let below: usize = source
-        .children()
-        .iter()
+fn words_below<S: Source + ?Sized>(source: &S) -> usize {
+    let n_children = source.n_children();
+    let own = source.n_buffers() + variadic(source).map_or(0, |(_, count)| 1 + count) + n_children;
+    let below: usize = (0..n_children)
+        .map(|i| source.child(i))
         .chain(source.dictionary())
         .map(|child| STRUCT_WORDS + words_below(child))
         .sum();
@@ -155,10 +299,9 @@ fn words_below<S: Source>(source: &S) -> usize {
 }
 
 /// The structs below `source`, each one reference to the block.
-fn structs_below<S: Source>(source: &S) -> usize {
-    source
-        .children()
-        .iter()
+fn structs_below<S: Source + ?Sized>(source: &S) -> usize {
+    (0..source.n_children())
+        .map(|i| source.child(i))
         .chain(source.dictionary())
         .map(|child| 1 + structs_below(child))
         .sum()
@@ -207,7 +350,7 @@ pub(crate) fn export_tree<'s, S, O>(
     device: Option<&dyn device::Device>,
 ) -> raw::ArrowArray
 where
-    S: Source + 's,
+    S: Source + ?Sized + 's,
     O: Send + Sync + 'static,
 {
     let block = Box::into_raw(Box::new(Block {
@@ -279,7 +422,7 @@ impl Writer<'_> {
     }
 
     /// Writes `source`'s subtree and returns its struct.
-    fn write<S: Source>(&mut self, source: &S) -> raw::ArrowArray {
+    fn write<S: Source + ?Sized>(&mut self, source: &S) -> raw::ArrowArray {
         let n_buffers = source.n_buffers();
         let variadic = variadic(source);
         let n_c_buffers = n_buffers + usize::from(variadic.is_some());
@@ -293,11 +436,11 @@ impl Writer<'_> {
             // SAFETY: the last reserved slot.
             unsafe { *buffers.add(n_buffers) = sizes };
         }
-        let children = source.children();
-        let pointers = self.reserve(children.len()).cast::<*mut raw::ArrowArray>();
-        for (i, child) in children.iter().enumerate() {
+        let n_children = source.n_children();
+        let pointers = self.reserve(n_children).cast::<*mut raw::ArrowArray>();
+        for i in 0..n_children {
             let slot = self.reserve(STRUCT_WORDS).cast::<raw::ArrowArray>();
-            let written = self.write(child);
+            let written = self.write(source.child(i));
             // SAFETY: `slot` and pointer `i` were reserved for this node.
             unsafe {
                 slot.write(written);
@@ -319,13 +462,13 @@ impl Writer<'_> {
             null_count: source.null_count(),
             offset: source.offset() as i64,
             n_buffers: n_c_buffers as i64,
-            n_children: children.len() as i64,
+            n_children: n_children as i64,
             buffers: if n_c_buffers == 0 {
                 null_mut()
             } else {
                 buffers
             },
-            children: if children.is_empty() {
+            children: if n_children == 0 {
                 null_mut()
             } else {
                 pointers
@@ -338,7 +481,7 @@ impl Writer<'_> {
 
     /// The variadic-sizes buffer of a view node: host memory the device can
     /// read too where it offers some, the block otherwise.
-    fn variadic_sizes<S: Source>(
+    fn variadic_sizes<S: Source + ?Sized>(
         &mut self,
         source: &S,
         first: usize,
@@ -520,5 +663,72 @@ mod tests {
         };
         assert_eq!(exported, sizes);
         release_struct(&mut root);
+    }
+
+    /// Sliced arrays at offsets that are not multiples of 8, with nulls:
+    /// the direct export gives back what `to_data`'s does.
+    #[test]
+    fn direct_exports_of_sliced_arrays_come_back_equal() {
+        use arrow_array::builder::{ListBuilder, StringDictionaryBuilder};
+        use arrow_array::{ArrayRef, BooleanArray, Float64Array, NullArray};
+
+        use crate::{export_array, DeviceArray, ValidationLevel};
+
+        let bools: BooleanArray = (0..40)
+            .map(|i| (i % 3 != 0).then_some(i % 2 == 0))
+            .collect();
+        let floats: Float64Array = (0..40).map(|i| (i % 5 != 0).then_some(i as f64)).collect();
+        let strings: StringArray = (0..40)
+            .map(|i| (i % 4 != 0).then(|| format!("s{i}")))
+            .collect();
+        let mut lists = ListBuilder::new(arrow_array::builder::Int32Builder::new());
+        for i in 0..40 {
+            lists.append_option((i % 6 != 0).then(|| (0..i % 4).map(Some).collect::<Vec<_>>()));
+        }
+        let lists = lists.finish();
+        let mut dictionary = StringDictionaryBuilder::<Int8Type>::new();
+        for i in 0..40 {
+            dictionary.append_option((i % 7 != 0).then(|| ["x", "y", "z"][i % 3]));
+        }
+        let dictionary = dictionary.finish();
+        let structs = StructArray::try_new(
+            vec![
+                Arc::new(Field::new("b", DataType::Boolean, true)),
+                Arc::new(Field::new("s", DataType::Utf8, true)),
+            ]
+            .into(),
+            vec![
+                Arc::new(bools.clone()) as ArrayRef,
+                Arc::new(strings.clone()),
+            ],
+            Some((0..40).map(|i| i % 9 != 0).collect::<Vec<_>>().into()),
+        )
+        .unwrap();
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(bools),
+            Arc::new(floats),
+            Arc::new(strings),
+            Arc::new(lists),
+            Arc::new(dictionary),
+            Arc::new(structs),
+            Arc::new(NullArray::new(40)),
+        ];
+        for array in arrays {
+            for (offset, len) in [(0, 40), (3, 30), (11, 5), (40, 0)] {
+                let sliced = array.slice(offset, len);
+                assert!(exports_directly(sliced.as_ref()), "{}", sliced.data_type());
+                let (c_array, c_schema) = export_array(sliced.as_ref()).unwrap();
+                // SAFETY: the structs come from this crate's exporter.
+                let imported =
+                    unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Full) }
+                        .unwrap();
+                assert_eq!(
+                    imported.to_host().unwrap().as_ref(),
+                    sliced.as_ref(),
+                    "{} sliced {offset}..+{len}",
+                    sliced.data_type()
+                );
+            }
+        }
     }
 }

@@ -593,42 +593,41 @@ pub(crate) unsafe fn wrap_owned(
     }
 }
 
-/// The validity pointer of `data` when it can be exported in place (NULL
-/// without nulls); `None` when [`validity_of`] must copy the bitmap.
-fn validity_in_place(data: &ArrayData) -> Option<*const u8> {
-    let Some(nulls) = data.nulls().filter(|n| n.null_count() > 0) else {
-        return Some(std::ptr::null());
-    };
-    let bit_offset = nulls.offset();
-    if bit_offset >= data.offset() && (bit_offset - data.offset()) % 8 == 0 {
-        let skip = (bit_offset - data.offset()) / 8;
-        // SAFETY: `skip` bytes lie inside the bitmap, which covers bit_offset.
-        return Some(unsafe { nulls.buffer().as_ptr().add(skip) });
-    }
-    None
-}
-
 /// The validity bitmap of `data`, as a pointer whose bit `data.offset() + i`
 /// is slot `i`; NULL when there are no nulls. A bitmap that starts at another
 /// bit is copied into `extra`, which the caller keeps alive.
 pub(crate) fn validity_of(data: &ArrayData, extra: &mut Vec<Buffer>) -> RawBuf {
-    if let Some(ptr) = validity_in_place(data) {
-        let len = match data.nulls() {
-            // The bytes of the bitmap from `ptr` on.
-            Some(nulls) if !ptr.is_null() => {
-                nulls.buffer().len() - (ptr as usize - nulls.buffer().as_ptr() as usize)
-            }
-            _ => 0,
-        };
-        return RawBuf { ptr, len };
-    }
-    let Some(nulls) = data.nulls() else {
+    validity_at(data.nulls(), data.offset(), data.len(), extra)
+}
+
+/// `nulls` of an array of `len` slots as a bitmap whose bit `offset + i` is
+/// slot `i` (the C Data Interface's layout for an array at `offset`): in
+/// place where the bits line up, else copied into `extra`, which the caller
+/// keeps alive; NULL without nulls.
+pub(crate) fn validity_at(
+    nulls: Option<&NullBuffer>,
+    offset: usize,
+    len: usize,
+    extra: &mut Vec<Buffer>,
+) -> RawBuf {
+    let Some(nulls) = nulls.filter(|n| n.null_count() > 0) else {
         return RawBuf::NULL;
     };
+    let bit_offset = nulls.offset();
+    if bit_offset >= offset && (bit_offset - offset) % 8 == 0 {
+        let skip = (bit_offset - offset) / 8;
+        return RawBuf {
+            // SAFETY: `skip` bytes lie inside the bitmap, which covers
+            // `bit_offset`.
+            ptr: unsafe { nulls.buffer().as_ptr().add(skip) },
+            // The bytes of the bitmap from there on.
+            len: nulls.buffer().len() - skip,
+        };
+    }
     // The bitmap starts at a different bit than the data: copy it so that
-    // bit `data.offset()` is slot 0, as the C interface requires.
-    let mut builder = BooleanBufferBuilder::new(data.offset() + data.len());
-    builder.append_n(data.offset(), true);
+    // bit `offset` is slot 0, as the C interface requires.
+    let mut builder = BooleanBufferBuilder::new(offset + len);
+    builder.append_n(offset, true);
     builder.append_buffer(nulls.inner());
     let realigned = builder.finish().into_inner();
     let raw = RawBuf::of(&realigned);
