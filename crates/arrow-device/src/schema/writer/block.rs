@@ -49,6 +49,46 @@ pub(super) fn build(root: Node<'_>, plan: &Plan) -> Result<FFI_ArrowSchema> {
     Ok(out)
 }
 
+/// The schema of a lone node (no children, no dictionary) with a format
+/// without parameters and neither name nor metadata, written without a
+/// block: the format is static, `private_data` NULL, and the release
+/// callback only marks the struct released. `None` for any other node.
+pub(super) fn fixed(root: Node<'_>) -> Option<FFI_ArrowSchema> {
+    if root.name.is_some()
+        || root.metadata.is_some_and(|m| !m.is_empty())
+        || Children::of(root.data_type).len() > 0
+        || matches!(root.data_type, DataType::Dictionary(_, _))
+    {
+        return None;
+    }
+    let Ok(Format::Fixed(format)) = Format::of(root.data_type) else {
+        return None;
+    };
+    let mut out = FFI_ArrowSchema::empty();
+    // SAFETY: a struct of our own, complete before its `release` is set.
+    *unsafe { raw::schema_mut(&mut out) } = raw::ArrowSchema {
+        format: format.as_ptr(),
+        name: null(),
+        metadata: null(),
+        flags: root.flags,
+        n_children: 0,
+        children: null_mut(),
+        dictionary: null_mut(),
+        release: Some(release_fixed),
+        private_data: null_mut(),
+    };
+    Some(out)
+}
+
+/// The release callback of [`fixed`] schemas: nothing to free.
+unsafe extern "C" fn release_fixed(schema: *mut raw::ArrowSchema) {
+    // SAFETY: the consumer passes a struct written by `fixed` (or a moved
+    // copy), or NULL.
+    if let Some(schema) = unsafe { schema.as_mut() } {
+        schema.release = None;
+    }
+}
+
 /// The block every node of one exported tree points into.
 struct Storage {
     /// The structs below the root, from `Box::<[_]>::into_raw`.

@@ -13,7 +13,9 @@
 //! * every name, parameterized format string and metadata blob;
 //!
 //! and a second walk fills it. Formats without parameters point at static
-//! strings. Each node's `private_data` is one counted reference to the
+//! strings; a lone node with such a format and neither name nor metadata
+//! (the schema of an exported primitive or string array) needs no block at
+//! all. Each node's `private_data` is one counted reference to the
 //! block, so a child that a consumer moves out (spec: "Moving child arrays")
 //! keeps the block, and its own descendants, valid after the root is
 //! released; the block is freed with its last node. Every node has the same
@@ -107,6 +109,9 @@ fn type_flags(data_type: &DataType) -> i64 {
 /// with [`Error::NotSupported`] naming the first node (path and type) that
 /// has no valid C form.
 pub(crate) fn write(root: Node<'_>) -> Result<FFI_ArrowSchema> {
+    if let Some(schema) = block::fixed(root) {
+        return Ok(schema);
+    }
     let mut plan = Plan::default();
     plan.node(root, &Path::root())?;
     block::build(root, &plan)
