@@ -45,7 +45,7 @@ pub const MAX_SCHEMA_NODES: usize = 1 << 20;
 /// says they are; foreign pointers only enter an `FFI_ArrowSchema` through
 /// `unsafe` code (`FFI_ArrowSchema::from_raw`, a C producer).
 pub fn import_field(schema: &FFI_ArrowSchema) -> Result<Field> {
-    Walk::new(MAX_SCHEMA_NODES).node(raw::schema(schema), &Path::root())
+    Walk::new(MAX_SCHEMA_NODES).node(raw::schema(schema), At::Root)
 }
 
 /// Imports the schema of a record batch: a struct (`+s`) whose children are
@@ -67,7 +67,7 @@ pub fn import_schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
             ),
         ));
     }
-    let field = Walk::new(MAX_SCHEMA_NODES).node(node, &root)?;
+    let field = Walk::new(MAX_SCHEMA_NODES).node(node, At::Root)?;
     match field.data_type() {
         DataType::Struct(fields) => {
             Ok(Schema::new(fields.clone()).with_metadata(field.metadata().clone()))
@@ -104,7 +104,15 @@ impl Walk {
 
     /// Imports the node at `path`: its own members, then its children and
     /// dictionary, each with `self.ancestors` holding the path to it.
-    fn node(&mut self, node: &raw::ArrowSchema, path: &Path<'_>) -> Result<Field> {
+    fn node(&mut self, node: &raw::ArrowSchema, at: At<'_>) -> Result<Field> {
+        // The name is decoded once, for the node's path and the field. A
+        // released struct's name may be freed already: it is not read (and
+        // `Members::read` reports the release).
+        let name = match node.release {
+            Some(_) => node_name(node),
+            None => Ok(None),
+        };
+        let path = &at.path(name.as_ref().ok().copied().flatten());
         let this: *const raw::ArrowSchema = node;
         if self.ancestors.contains(&this) {
             return Err(Error::invalid(
@@ -128,7 +136,7 @@ impl Walk {
                 ),
             ));
         }
-        let members = Members::read(node, path, self.max_nodes)?;
+        let members = Members::read(node, name, path, self.max_nodes)?;
 
         let is_parent = members.n_children > 0 || !node.dictionary.is_null();
         if is_parent {
@@ -169,7 +177,7 @@ impl Walk {
         // SAFETY: a non-NULL `dictionary` points to a valid ArrowSchema owned
         // by this one (spec: "ArrowSchema.dictionary").
         let dictionary = unsafe { &*node.dictionary };
-        let values = self.node(dictionary, &path.dictionary())?;
+        let values = self.node(dictionary, At::Dictionary(path))?;
         Ok(DataType::Dictionary(
             Box::new(index),
             Box::new(values.data_type().clone()),
@@ -198,7 +206,7 @@ impl Walk {
                 let mut fields = Vec::with_capacity(n_children.min(1024));
                 for (index, child) in children.enumerate() {
                     let child = child?;
-                    fields.push(self.node(child, &path.field(index, name_for_path(child)))?);
+                    fields.push(self.node(child, At::Field(path, index))?);
                 }
                 DataType::Struct(Fields::from(fields))
             }
@@ -212,7 +220,7 @@ impl Walk {
                 let mut fields = Vec::with_capacity(n_children.min(128));
                 for (index, child) in children.enumerate() {
                     let child = child?;
-                    fields.push(self.node(child, &path.child(index, name_for_path(child)))?);
+                    fields.push(self.node(child, At::Child(path, index))?);
                 }
                 // The parser already checked the ids and the child count.
                 let fields = UnionFields::try_new(type_ids, fields)
@@ -224,7 +232,7 @@ impl Walk {
                 for (index, child) in children.enumerate() {
                     let child = child?;
                     fields.push(Arc::new(
-                        self.node(child, &path.child(index, name_for_path(child)))?,
+                        self.node(child, At::Child(path, index))?,
                     ));
                 }
                 let [run_ends, values] = <[Arc<Field>; 2]>::try_from(fields).map_err(|f| {
@@ -241,7 +249,7 @@ impl Walk {
     fn only_child(&mut self, node: &raw::ArrowSchema, path: &Path<'_>) -> Result<Arc<Field>> {
         let child = child(node, 0, path)?;
         Ok(Arc::new(
-            self.node(child, &path.child(0, name_for_path(child)))?,
+            self.node(child, At::Child(path, 0))?,
         ))
     }
 }
@@ -255,9 +263,14 @@ struct Members<'n> {
 }
 
 impl<'n> Members<'n> {
-    fn read(node: &'n raw::ArrowSchema, path: &Path<'_>, max_nodes: usize) -> Result<Self> {
+    fn read(
+        node: &'n raw::ArrowSchema,
+        name: std::result::Result<Option<&'n str>, String>,
+        path: &Path<'_>,
+        max_nodes: usize,
+    ) -> Result<Self> {
         let format = node_format(node, path)?;
-        let name = node_name(node)
+        let name = name
             .map_err(|defect| Error::invalid(path, format!("name is not valid UTF-8: {defect}")))?
             .unwrap_or("");
         let n_children = usize::try_from(node.n_children).map_err(|_| {
@@ -379,13 +392,23 @@ fn node_name(node: &raw::ArrowSchema) -> std::result::Result<Option<&str>, Strin
         .map_err(|err| utf8_defect(bytes, &err))
 }
 
-/// The name to show in a child's path, if it can be read; the child itself
-/// reports why it cannot.
-fn name_for_path(node: &raw::ArrowSchema) -> Option<&str> {
-    // A released struct's name may already be freed: do not read it.
-    match node.release {
-        Some(_) => node_name(node).ok().flatten(),
-        None => None,
+/// Where a node sits in the tree, before its name is known.
+#[derive(Clone, Copy)]
+enum At<'p> {
+    Root,
+    Field(&'p Path<'p>, usize),
+    Child(&'p Path<'p>, usize),
+    Dictionary(&'p Path<'p>),
+}
+
+impl<'p> At<'p> {
+    fn path(self, name: Option<&'p str>) -> Path<'p> {
+        match self {
+            At::Root => Path::root(),
+            At::Field(parent, index) => parent.field(index, name),
+            At::Child(parent, index) => parent.child(index, name),
+            At::Dictionary(parent) => parent.dictionary(),
+        }
     }
 }
 
