@@ -286,25 +286,22 @@ fn variadic<S: Source + ?Sized>(source: &S) -> Option<(usize, usize)> {
     layout::is_view(source.data_type()).then(|| (2, source.n_buffers().saturating_sub(2)))
 }
 
-/// Words the structs below `source` take, `source`'s own struct excluded.
-fn words_below<S: Source + ?Sized>(source: &S) -> usize {
+/// What the tree below `source` takes in the block: `(words, structs)`,
+/// `source`'s own struct excluded from both.
+fn count_below<S: Source + ?Sized>(source: &S) -> (usize, usize) {
     let n_children = source.n_children();
-    let own = source.n_buffers() + variadic(source).map_or(0, |(_, count)| 1 + count) + n_children;
-    let below: usize = (0..n_children)
+    let mut words =
+        source.n_buffers() + variadic(source).map_or(0, |(_, count)| 1 + count) + n_children;
+    let mut structs = 0;
+    for child in (0..n_children)
         .map(|i| source.child(i))
         .chain(source.dictionary())
-        .map(|child| STRUCT_WORDS + words_below(child))
-        .sum();
-    own + below
-}
-
-/// The structs below `source`, each one reference to the block.
-fn structs_below<S: Source + ?Sized>(source: &S) -> usize {
-    (0..source.n_children())
-        .map(|i| source.child(i))
-        .chain(source.dictionary())
-        .map(|child| 1 + structs_below(child))
-        .sum()
+    {
+        let (child_words, child_structs) = count_below(child);
+        words += STRUCT_WORDS + child_words;
+        structs += 1 + child_structs;
+    }
+    (words, structs)
 }
 
 /// The shared part of every block, first in it: what each struct's
@@ -353,26 +350,32 @@ where
     S: Source + ?Sized + 's,
     O: Send + Sync + 'static,
 {
-    let block = Box::into_raw(Box::new(Block {
-        header: Header {
+    // Written in place: the inline words stay uninitialized rather than be
+    // copied from the stack.
+    let mut uninit = Box::<Block<O>>::new_uninit();
+    let fields = uninit.as_mut_ptr();
+    // SAFETY: every field but `inline` (whose type is uninitialized words)
+    // is written before `assume_init`.
+    let block = unsafe {
+        std::ptr::addr_of_mut!((*fields).header).write(Header {
             // Set below, once the tree is known.
             structs: AtomicUsize::new(0),
             free: free_block::<O>,
-        },
-        inline: [MaybeUninit::uninit(); INLINE_WORDS],
-        heap: Vec::new(),
-        realigned: Vec::new(),
-        host_visible: Vec::new(),
-        _owner: owner,
-    }));
+        });
+        std::ptr::addr_of_mut!((*fields).heap).write(Vec::new());
+        std::ptr::addr_of_mut!((*fields).realigned).write(Vec::new());
+        std::ptr::addr_of_mut!((*fields).host_visible).write(Vec::new());
+        std::ptr::addr_of_mut!((*fields)._owner).write(owner);
+        Box::into_raw(uninit.assume_init())
+    };
     // SAFETY: `block` is live and not shared yet; the owner is only read
     // from here on, and lives (in place) as long as the block, which no
     // struct can free before this function returns them.
     let owner: &'s O = unsafe { &(*block)._owner };
     let source = source(owner);
-    let words = words_below(source);
+    let (words, structs) = count_below(source);
     // SAFETY: as above; no struct refers to the block yet.
-    unsafe { (*block).header.structs = AtomicUsize::new(1 + structs_below(source)) };
+    unsafe { (*block).header.structs = AtomicUsize::new(1 + structs) };
     // SAFETY: as above; the word area is taken once, here, and only written
     // through `next` afterwards.
     let area = unsafe {
@@ -396,7 +399,7 @@ where
     writer.write(source)
 }
 
-/// The walk that fills a block in the order [`words_below`] counted.
+/// The walk that fills a block in the order [`count_below`] counted.
 struct Writer<'b> {
     block: *mut Header,
     next: *mut usize,

@@ -231,9 +231,7 @@ impl Walk {
                 let mut fields = Vec::with_capacity(2);
                 for (index, child) in children.enumerate() {
                     let child = child?;
-                    fields.push(Arc::new(
-                        self.node(child, At::Child(path, index))?,
-                    ));
+                    fields.push(Arc::new(self.node(child, At::Child(path, index))?));
                 }
                 let [run_ends, values] = <[Arc<Field>; 2]>::try_from(fields).map_err(|f| {
                     Error::invalid(path, format!("n_children is {}, expected 2", f.len()))
@@ -248,9 +246,7 @@ impl Walk {
     /// Child 0 of a list-like node, whose child count was checked to be 1.
     fn only_child(&mut self, node: &raw::ArrowSchema, path: &Path<'_>) -> Result<Arc<Field>> {
         let child = child(node, 0, path)?;
-        Ok(Arc::new(
-            self.node(child, At::Child(path, 0))?,
-        ))
+        Ok(Arc::new(self.node(child, At::Child(path, 0))?))
     }
 }
 
