@@ -4,11 +4,15 @@
 //!
 //! `profile_exchange CASE SIDE N`:
 //! * CASE: `int64` (1,024 values, every 7th null), `utf8` (1,024 strings),
-//!   `batch100` (100 columns of int64, float64 and utf8);
+//!   `batch3`, `batch100` (3 or 100 columns of int64, float64 and utf8);
 //! * SIDE: `ours` (export + import at `default` + `to_host`), `ours-export`,
 //!   `ours-import` (import at `default` + `to_host` of structs made beforehand),
 //!   `arrow-rs` (`to_ffi` + `from_ffi` + `make_array`), `arrow-rs-export`,
-//!   `arrow-rs-import`.
+//!   `arrow-rs-import`; for the batch cases also `sync-stream`
+//!   (`export_reader` → `DeviceStreamReader` → record batches),
+//!   `arrow-rs-stream` (`FFI_ArrowArrayStream` → `RecordBatchStreamReader`)
+//!   and `async-stream` (this crate's async producer and consumer on one
+//!   thread), where N is the number of batches in one stream.
 //!
 //! Only `measured` is counted (setup such as the structs an import side
 //! consumes is made outside it), and the difference between N = 1,001 and
@@ -20,14 +24,20 @@ use std::sync::Arc;
 use arrow_array::ffi::{from_ffi, to_ffi};
 use std::ptr::NonNull;
 
+use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
+use arrow_array::RecordBatchIterator;
 use arrow_array::{
     make_array, Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
 };
 use arrow_buffer::alloc::Allocation;
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_data::ArrayData;
+use arrow_device::stream::{
+    export_async_record_batches, export_reader, AsyncDeviceStream, DeviceStreamReader,
+};
 use arrow_device::{export_array, DeviceArray, ValidationLevel};
 use arrow_schema::{DataType, Field, Schema};
+use futures_util::StreamExt;
 
 fn int64s(len: usize) -> ArrayRef {
     Arc::new(
@@ -77,6 +87,7 @@ fn main() {
     let array = match case.as_str() {
         "int64" => int64s(1024),
         "utf8" => strings(1024),
+        "batch3" => batch(3, 1024),
         "batch100" => batch(100, 1024),
         other => panic!("unknown case {other}"),
     };
@@ -124,6 +135,84 @@ fn main() {
                 // SAFETY: arrow-rs' own exporter made the structs.
                 let data = unsafe { from_ffi(c_array, &c_schema) }.expect("valid");
                 black_box(make_array(data));
+            });
+        }
+        "sync-stream" => {
+            let batch = RecordBatch::from(
+                array
+                    .as_any()
+                    .downcast_ref::<StructArray>()
+                    .expect("a batch case")
+                    .clone(),
+            );
+            let mut batches = Some(RecordBatchIterator::new(
+                (0..n).map(|_| Ok(batch.clone())).collect::<Vec<_>>(),
+                batch.schema(),
+            ));
+            measured(1, || {
+                let batches = batches.take().expect("one stream");
+                let stream = export_reader(batches).expect("exportable schema");
+                // SAFETY: the stream comes from this crate's exporter.
+                let reader =
+                    unsafe { DeviceStreamReader::try_new(stream, ValidationLevel::Default) }
+                        .expect("valid stream");
+                for batch in reader.into_record_batch_reader().expect("CPU stream") {
+                    black_box(batch.expect("valid batch"));
+                }
+            });
+        }
+        "arrow-rs-stream" => {
+            let batch = RecordBatch::from(
+                array
+                    .as_any()
+                    .downcast_ref::<StructArray>()
+                    .expect("a batch case")
+                    .clone(),
+            );
+            let mut batches = Some(RecordBatchIterator::new(
+                (0..n).map(|_| Ok(batch.clone())).collect::<Vec<_>>(),
+                batch.schema(),
+            ));
+            measured(1, || {
+                let batches = batches.take().expect("one stream");
+                let stream = FFI_ArrowArrayStream::new(Box::new(batches));
+                for batch in RecordBatchStreamReader::try_new(stream).expect("valid stream") {
+                    black_box(batch.expect("valid batch"));
+                }
+            });
+        }
+        "async-stream" => {
+            let batch = RecordBatch::from(
+                array
+                    .as_any()
+                    .downcast_ref::<StructArray>()
+                    .expect("a batch case")
+                    .clone(),
+            );
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime");
+            let mut batches = Some((0..n).map(|_| Ok(batch.clone())).collect::<Vec<_>>());
+            measured(1, || {
+                let batches = batches.take().expect("one stream");
+                let producer = export_async_record_batches(
+                    batch.schema(),
+                    futures_util::stream::iter(batches),
+                )
+                .expect("exportable schema");
+                let (stream, handler) = AsyncDeviceStream::new(8, ValidationLevel::Default);
+                // SAFETY: the handler comes from AsyncDeviceStream::new.
+                let driver = unsafe { producer.run(handler.into_raw()) };
+                let consume = stream.for_each(|array| {
+                    black_box(
+                        array
+                            .and_then(|a| a.to_record_batch())
+                            .expect("valid batch"),
+                    );
+                    std::future::ready(())
+                });
+                let (driven, ()) = runtime.block_on(futures_util::future::join(driver, consume));
+                driven.expect("the stream ends normally");
             });
         }
         "floor" => measured(n, || {

@@ -589,22 +589,32 @@ impl DeviceArray {
         if !matches!(self.data_type(), DataType::Struct(_)) {
             return Err(not_a_record_batch(self.data_type()));
         }
-        let array = self.to_host()?;
-        let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {
-            return Err(Error::NotSupported("struct array expected".into()));
+        let (columns, nulls) = if !self.storage.structure_checked && !self.values_checked() {
+            // Through `to_host`, which checks the structure first.
+            let array = self.to_host()?;
+            let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {
+                return Err(Error::NotSupported("struct array expected".into()));
+            };
+            (
+                struct_array.columns().to_vec(),
+                struct_array.nulls().cloned(),
+            )
+        } else {
+            // The columns straight from the tree, without a struct array.
+            // SAFETY: the structure was checked; `on_host` hands over host
+            // buffers.
+            self.on_host(|node, mut wrap| unsafe { node.struct_columns(&mut wrap) })?
         };
-        if struct_array.null_count() > 0 {
+        if nulls.is_some_and(|n| n.null_count() > 0) {
             return Err(Error::invalid(
                 &Path::root(),
                 "a record batch cannot have top-level nulls",
             ));
         }
         // The row count is explicit: a batch of no columns still has rows.
-        let options = RecordBatchOptions::new().with_row_count(Some(struct_array.len()));
+        let options = RecordBatchOptions::new().with_row_count(Some(self.len()));
         Ok(RecordBatch::try_new_with_options(
-            schema,
-            struct_array.columns().to_vec(),
-            &options,
+            schema, columns, &options,
         )?)
     }
 

@@ -430,22 +430,10 @@ impl Node {
             DataType::List(field) => self.list::<i32>(field, wrap)?,
             DataType::LargeList(field) => self.list::<i64>(field, wrap)?,
             DataType::Struct(fields) => {
-                let nulls = self.nulls(wrap);
-                let mut columns = Vec::with_capacity(self.children.len());
-                for child in &self.children {
-                    // SAFETY: the caller's guarantee extends to the tree.
-                    let column = unsafe { child.to_array(wrap) }?;
-                    // Children are laid out by the producer: the struct's
-                    // window of them is taken here, as arrow-rs does.
-                    columns.push(if offset != 0 || column.len() != len {
-                        column.slice(offset, len)
-                    } else {
-                        column
-                    });
-                }
-                // SAFETY: every column has `len` slots (sliced above from
-                // children at least that long, a checked structure), of
-                // its field's type.
+                // SAFETY: forwarded from the caller.
+                let (columns, nulls) = unsafe { self.struct_columns(wrap) }?;
+                // SAFETY: every column has `len` slots, of its field's type
+                // (see `struct_columns`).
                 Arc::new(unsafe {
                     StructArray::new_unchecked_with_length(fields.clone(), columns, nulls, len)
                 })
@@ -466,6 +454,33 @@ impl Node {
             _ => make_array(unsafe { self.to_array_data(wrap) }?),
         };
         Ok(array)
+    }
+
+    /// The columns of a struct node (each child's window of `len` slots
+    /// from the node's offset, as arrow-rs' `StructArray` takes it) and its
+    /// nulls.
+    ///
+    /// # Safety
+    /// As for [`Node::to_array`].
+    pub(crate) unsafe fn struct_columns(
+        &self,
+        wrap: &mut impl FnMut(RawBuf) -> Buffer,
+    ) -> Result<(Vec<ArrayRef>, Option<NullBuffer>)> {
+        let (len, offset) = (self.len, self.offset);
+        let nulls = self.nulls(wrap);
+        let mut columns = Vec::with_capacity(self.children.len());
+        for child in &self.children {
+            // SAFETY: the caller's guarantee extends to the tree.
+            let column = unsafe { child.to_array(wrap) }?;
+            // Children are laid out by the producer (a checked structure:
+            // at least `offset + len` slots long).
+            columns.push(if offset != 0 || column.len() != len {
+                column.slice(offset, len)
+            } else {
+                column
+            });
+        }
+        Ok((columns, nulls))
     }
 
     /// The validity bitmap as arrow-rs nulls: `None` without a bitmap or
