@@ -7,7 +7,10 @@ Reads criterion's `<criterion dir>/<group>/<function>/new/estimates.json`
     cargo bench -p arrow-device --bench ffi --bench stream
 
 and prints one row per group (benchmark case) that has an `arrow-rs` and an
-`arrow-device` function. The ratio is arrow-device / arrow-rs: below 1 means
+`arrow-device` function, in three tables: round trips (with the export and
+import halves alone where measured), streams (per batch), and scaling (the
+`scale_*` groups, whose throughput is the tree's node count: per tree and
+per node). The ratio is arrow-device / arrow-rs: below 1 means
 arrow-device is faster. The lower validation levels (`arrow-device-minimal`,
 `arrow-device-none`) and the async stream (`arrow-device-async`), where
 measured, get a ratio column each. Groups measured with a throughput of N
@@ -63,6 +66,46 @@ def fmt_time(ns: float) -> str:
     return f"{ns:.3g} ns" if ns < 100 else f"{ns:.0f} ns"
 
 
+def ratio(functions: dict, ours: str, base: str) -> str:
+    if ours in functions and base in functions:
+        return f"{functions[ours][0] / functions[base][0]:.2f}×"
+    return "–"
+
+
+def round_trip_table(results: dict, cases: list) -> None:
+    extra = [(label, fn) for label, fn in REFERENCE if any(fn in results[g] for g in cases)]
+    halves = any(f"{OURS}-export" in results[g] for g in cases)
+    header = ["case", f"{BASELINE} median", f"{OURS} median", "ratio (ours/arrow-rs)"]
+    header += [f"ratio {label}" for label, _ in extra]
+    if halves:
+        header += ["export alone", "import alone"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    for case in cases:
+        functions = results[case]
+        base = functions[BASELINE][0]
+        ours = functions[OURS][0]
+        row = [case, fmt_time(base), fmt_time(ours), f"{ours / base:.2f}×"]
+        for _, fn in extra:
+            row.append(f"{functions[fn][0] / base:.2f}×" if fn in functions else "–")
+        if halves:
+            for half in ("export", "import"):
+                row.append(ratio(functions, f"{OURS}-{half}", f"{BASELINE}-{half}"))
+        print("| " + " | ".join(row) + " |")
+
+
+def scaling_table(results: dict, cases: list, nodes: dict) -> None:
+    print("| case | nodes | arrow-rs median | arrow-device median | ratio | "
+          "arrow-rs per node | arrow-device per node |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for case in cases:
+        functions = results[case]
+        base, ours = functions[BASELINE][0], functions[OURS][0]
+        n = nodes[case]
+        print(f"| {case.removeprefix('scale_')} | {n} | {fmt_time(base * n)} | {fmt_time(ours * n)} | "
+              f"{ours / base:.2f}× | {fmt_time(base)} | {fmt_time(ours)} |")
+
+
 def main() -> int:
     criterion_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else default_dir()
     if not criterion_dir.is_dir():
@@ -74,22 +117,22 @@ def main() -> int:
     if not cases:
         print(f"no group in {criterion_dir} has both `{BASELINE}` and `{OURS}`", file=sys.stderr)
         return 1
-    # Run order (the order the bench file lists the cases in).
+    # Run order (the order the bench files list the cases in).
     cases.sort(key=lambda g: results[g][BASELINE][1])
-    extra = [(label, fn) for label, fn in REFERENCE if any(fn in results[g] for g in cases)]
-
-    header = ["case", f"{BASELINE} median", f"{OURS} median", "ratio (ours/arrow-rs)"]
-    header += [f"ratio {label}" for label, _ in extra]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-    for case in cases:
-        functions = results[case]
-        base = functions[BASELINE][0]
-        ours = functions[OURS][0]
-        row = [case, fmt_time(base), fmt_time(ours), f"{ours / base:.2f}×"]
-        for _, fn in extra:
-            row.append(f"{functions[fn][0] / base:.2f}×" if fn in functions else "–")
-        print("| " + " | ".join(row) + " |")
+    nodes = {}
+    for meta_path in criterion_dir.glob("scale_*/*/new/benchmark.json"):
+        meta = json.loads(meta_path.read_text())
+        nodes[meta["group_id"]] = (meta.get("throughput") or {}).get("Elements", 1)
+    scaling = [g for g in cases if g.startswith("scale_")]
+    streams = [g for g in cases if g.startswith("stream_")]
+    trips = [g for g in cases if g not in scaling and g not in streams]
+    for title, group in (("Round trips", trips), ("Streams (per batch)", streams)):
+        if group:
+            print(f"\n{title}:\n")
+            round_trip_table(results, group)
+    if scaling:
+        print("\nScaling (round trips at `default`; medians per tree and per node):\n")
+        scaling_table(results, scaling, nodes)
     return 0
 
 

@@ -9,6 +9,13 @@
 //! * `arrow-device-minimal`, `arrow-device-none`: the same at the lower
 //!   validation levels, for reference.
 //!
+//! Each round-trip group also times the halves alone
+//! (`arrow-rs-export` / `arrow-device-export`: an export released at once;
+//! `arrow-rs-import` / `arrow-device-import`: an import, with the
+//! conversion back, of structs exported beforehand), and the `scale_*`
+//! groups time round trips of trees of growing size (columns, list nesting
+//! depth, dictionary-encoded columns), with the node count as throughput.
+//!
 //! `schema_export_100cols` times the schema half of a batch export alone:
 //! arrow-rs' `FFI_ArrowSchema::try_from(&Schema)` against this crate's
 //! `export_schema`, each released at once.
@@ -23,10 +30,10 @@ use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
 use arrow_device::schema::export_schema;
 use arrow_device::{export_array, export_record_batch, DeviceArray, ValidationLevel};
 use arrow_schema::ffi::FFI_ArrowSchema;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 mod common;
-use common::{configure, int64s, mixed_batch, strings};
+use common::{configure, dictionary_batch, int64s, mixed_batch, nested_lists, strings};
 
 fn arrow_rs_round_trip(array: &dyn Array) -> ArrayRef {
     let (c_array, c_schema) = to_ffi(&array.to_data()).expect("exportable type");
@@ -72,6 +79,37 @@ fn bench_array(c: &mut Criterion, name: &str, array: &dyn Array) {
             b.iter(|| device_round_trip(black_box(array), level))
         });
     }
+    // Each half alone: an export released at once, and an import (with the
+    // conversion back) of structs exported beforehand.
+    group.bench_function("arrow-rs-export", |b| {
+        b.iter(|| to_ffi(&black_box(array).to_data()).expect("exportable"))
+    });
+    group.bench_function("arrow-device-export", |b| {
+        b.iter(|| export_array(black_box(array)).expect("exportable"))
+    });
+    group.bench_function("arrow-rs-import", |b| {
+        b.iter_batched(
+            || to_ffi(&array.to_data()).expect("exportable"),
+            // SAFETY: the structs were just produced by arrow-rs' own exporter.
+            |(c_array, c_schema)| {
+                make_array(unsafe { from_ffi(c_array, &c_schema) }.expect("valid import"))
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("arrow-device-import", |b| {
+        b.iter_batched(
+            || export_array(array).expect("exportable"),
+            |(c_array, c_schema)| {
+                // SAFETY: the structs come from this crate's exporter.
+                unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
+                    .expect("valid import")
+                    .to_host()
+                    .expect("CPU memory")
+            },
+            BatchSize::SmallInput,
+        )
+    });
     group.finish();
 }
 
@@ -92,7 +130,83 @@ fn bench_batch(c: &mut Criterion, name: &str, batch: &RecordBatch) {
             b.iter(|| device_batch_round_trip(black_box(batch), level))
         });
     }
+    let arrow_rs_export = |batch: &RecordBatch| {
+        to_ffi(&StructArray::from(batch.clone()).into_data()).expect("exportable")
+    };
+    group.bench_function("arrow-rs-export", |b| {
+        b.iter(|| arrow_rs_export(black_box(batch)))
+    });
+    group.bench_function("arrow-device-export", |b| {
+        b.iter(|| export_record_batch(black_box(batch)).expect("exportable"))
+    });
+    group.bench_function("arrow-rs-import", |b| {
+        b.iter_batched(
+            || arrow_rs_export(batch),
+            // SAFETY: the structs were just produced by arrow-rs' own exporter.
+            |(c_array, c_schema)| {
+                make_array(unsafe { from_ffi(c_array, &c_schema) }.expect("valid import"))
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("arrow-device-import", |b| {
+        b.iter_batched(
+            || export_record_batch(batch).expect("exportable"),
+            |(c_array, c_schema)| {
+                // SAFETY: the structs come from this crate's exporter.
+                unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
+                    .expect("valid import")
+                    .to_host()
+                    .expect("CPU memory")
+            },
+            BatchSize::SmallInput,
+        )
+    });
     group.finish();
+}
+
+/// How the cost grows with the tree: one group per size, whose throughput
+/// is the number of nodes (structs) in the tree, for the table's per-node
+/// column. Round trips only, at `default`.
+fn bench_scaling(c: &mut Criterion) {
+    let mut run = |name: String, nodes: usize, array: &dyn Array| {
+        assert_eq!(arrow_rs_round_trip(array).as_ref(), array);
+        assert_eq!(
+            device_round_trip(array, ValidationLevel::Default).as_ref(),
+            array
+        );
+        let mut group = configure(c, &name);
+        group
+            .warm_up_time(std::time::Duration::from_millis(500))
+            .measurement_time(std::time::Duration::from_secs(2))
+            .throughput(Throughput::Elements(nodes as u64));
+        group.bench_function("arrow-rs", |b| {
+            b.iter(|| arrow_rs_round_trip(black_box(array)))
+        });
+        group.bench_function("arrow-device", |b| {
+            b.iter(|| device_round_trip(black_box(array), ValidationLevel::Default))
+        });
+        group.finish();
+    };
+    for columns in [1, 10, 100, 1000] {
+        let batch = StructArray::from(mixed_batch(columns, 1024));
+        run(format!("scale_columns_{columns}"), columns + 1, &batch);
+    }
+    for depth in [1, 4, 16] {
+        run(
+            format!("scale_depth_{depth}"),
+            depth + 1,
+            &nested_lists(depth, 1024),
+        );
+    }
+    for dictionaries in [1, 10, 100] {
+        let batch = StructArray::from(dictionary_batch(dictionaries, 1024));
+        run(
+            format!("scale_dictionaries_{dictionaries}"),
+            1 + 2 * dictionaries,
+            &batch,
+        );
+    }
 }
 
 /// The schema half of a batch export alone: arrow-rs' writer against this
@@ -116,6 +230,7 @@ fn round_trips(c: &mut Criterion) {
     bench_array(c, "utf8_100k", &strings(100_000));
     bench_batch(c, "batch_100cols_1k", &mixed_batch(100, 1024));
     bench_schema_export(c, "schema_export_100cols", &mixed_batch(100, 1024));
+    bench_scaling(c);
 }
 
 criterion_group!(benches, round_trips);

@@ -4,7 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    Array, ArrayRef, DictionaryArray, Float64Array, Int64Array, ListArray, RecordBatch, StringArray,
+};
+use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Schema};
 use criterion::{BenchmarkGroup, Criterion};
 
@@ -45,6 +49,36 @@ pub fn mixed_batch(columns: usize, rows: usize) -> RecordBatch {
                     Arc::new(strings(rows)),
                 ),
             }
+        })
+        .unzip();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("columns match the schema")
+}
+
+/// `depth` levels of lists around int64s, one value per list: a tree of
+/// `depth + 1` nodes, each of `len` slots.
+pub fn nested_lists(depth: usize, len: usize) -> ArrayRef {
+    let mut array: ArrayRef = Arc::new(int64s(len));
+    for _ in 0..depth {
+        let field = Arc::new(Field::new_list_field(array.data_type().clone(), true));
+        let offsets = OffsetBuffer::from_lengths(std::iter::repeat_n(1, len));
+        array = Arc::new(ListArray::new(field, offsets, array, None));
+    }
+    array
+}
+
+/// `columns` dictionary-encoded string columns (int32 keys, 16 distinct
+/// values, every 9th slot null).
+pub fn dictionary_batch(columns: usize, rows: usize) -> RecordBatch {
+    let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = (0..columns)
+        .map(|i| -> (Field, ArrayRef) {
+            let names: Vec<String> = (0..16).map(|v| format!("d{v}")).collect();
+            let array: DictionaryArray<Int32Type> = (0..rows)
+                .map(|r| (r % 9 != 0).then(|| names[r % 16].as_str()))
+                .collect();
+            (
+                Field::new(format!("c{i}"), array.data_type().clone(), true),
+                Arc::new(array),
+            )
         })
         .unzip();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("columns match the schema")

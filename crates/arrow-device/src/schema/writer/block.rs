@@ -50,12 +50,17 @@ pub(super) fn build(root: Node<'_>, plan: &Plan) -> Result<FFI_ArrowSchema> {
 }
 
 /// The schema of a lone node (no children, no dictionary) with a format
-/// without parameters and neither name nor metadata, written without a
-/// block: the format is static, `private_data` NULL, and the release
+/// without parameters, no name (or an empty one) and no metadata, written
+/// without a block: the format is static, `private_data` NULL, and the release
 /// callback only marks the struct released. `None` for any other node.
 pub(super) fn fixed(root: Node<'_>) -> Option<FFI_ArrowSchema> {
-    if root.name.is_some()
-        || root.metadata.is_some_and(|m| !m.is_empty())
+    // An empty name (the field of an exported array) is a static string.
+    let name = match root.name {
+        None => null(),
+        Some("") => c"".as_ptr(),
+        Some(_) => return None,
+    };
+    if root.metadata.is_some_and(|m| !m.is_empty())
         || Children::of(root.data_type).len() > 0
         || matches!(root.data_type, DataType::Dictionary(_, _))
     {
@@ -68,7 +73,7 @@ pub(super) fn fixed(root: Node<'_>) -> Option<FFI_ArrowSchema> {
     // SAFETY: a struct of our own, complete before its `release` is set.
     *unsafe { raw::schema_mut(&mut out) } = raw::ArrowSchema {
         format: format.as_ptr(),
-        name: null(),
+        name,
         metadata: null(),
         flags: root.flags,
         n_children: 0,
