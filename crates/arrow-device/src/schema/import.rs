@@ -16,6 +16,7 @@ use arrow_schema::ffi::Flags;
 use arrow_schema::{DataType, Field, Fields, Schema, UnionFields};
 
 use super::format::{parse, quote, ParsedFormat};
+use super::memo;
 use super::{metadata, utf8_defect};
 use crate::abi::{raw, FFI_ArrowSchema};
 use crate::error::{Error, Path, Result};
@@ -45,7 +46,32 @@ pub const MAX_SCHEMA_NODES: usize = 1 << 20;
 /// says they are; foreign pointers only enter an `FFI_ArrowSchema` through
 /// `unsafe` code (`FFI_ArrowSchema::from_raw`, a C producer).
 pub fn import_field(schema: &FFI_ArrowSchema) -> Result<Field> {
-    Walk::new(MAX_SCHEMA_NODES).node(raw::schema(schema), At::Root)
+    import_root(raw::schema(schema))
+}
+
+/// The field of the tree at `root`: recalled when the tree reads as one this
+/// thread imported recently (`memo`), imported (and remembered) otherwise.
+fn import_root(root: &raw::ArrowSchema) -> Result<Field> {
+    // SAFETY: the pointers of a live `FFI_ArrowSchema` are trusted as for
+    // the import (see `import_field`).
+    if let Some(field) = unsafe { memo::recall(root) } {
+        // Every test, fuzz replay included, checks the recollection against
+        // a full import.
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            Walk::new(MAX_SCHEMA_NODES)
+                .node(root, At::Root)
+                .as_ref()
+                .ok(),
+            Some(&field),
+            "schema memo: a recalled field differs from the import"
+        );
+        return Ok(field);
+    }
+    let field = Walk::new(MAX_SCHEMA_NODES).node(root, At::Root)?;
+    // SAFETY: the tree `field` was just imported from, unchanged.
+    unsafe { memo::record(root, &field) };
+    Ok(field)
 }
 
 /// Imports the schema of a record batch: a struct (`+s`) whose children are
@@ -67,7 +93,7 @@ pub fn import_schema(schema: &FFI_ArrowSchema) -> Result<Schema> {
             ),
         ));
     }
-    let field = Walk::new(MAX_SCHEMA_NODES).node(node, At::Root)?;
+    let field = import_root(node)?;
     match field.data_type() {
         DataType::Struct(fields) => {
             Ok(Schema::new(fields.clone()).with_metadata(field.metadata().clone()))

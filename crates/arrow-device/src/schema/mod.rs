@@ -8,7 +8,9 @@
 //!   with an [`Error::Invalid`](crate::Error::Invalid) naming the node and what
 //!   was expected: released or NULL members, bad UTF-8, wrong child counts,
 //!   bad dictionary index types, bad metadata, cycles and nesting deeper than
-//!   [`MAX_NESTING_DEPTH`].
+//!   [`MAX_NESTING_DEPTH`]. A tree that reads exactly as one the same thread
+//!   imported recently is recognised without being imported again (the
+//!   `memo` module: the same checks passed on the same bytes).
 //! * [`export_field`] / [`export_schema`] write owned structs with this
 //!   crate's writer: a whole tree in at most four heap allocations whatever
 //!   its width, format strings as [`write_format`] writes them, metadata in
@@ -46,6 +48,7 @@
 mod export;
 mod format;
 mod import;
+mod memo;
 pub(crate) mod metadata;
 #[cfg(test)]
 mod tests;

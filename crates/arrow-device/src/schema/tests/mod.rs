@@ -8,6 +8,7 @@
 //! but legal ones in `tests/malformed/accepted.rs`.
 
 mod format;
+mod memo;
 mod release;
 mod round_trip;
 
