@@ -1,35 +1,36 @@
 #!/usr/bin/env python3
-"""Cost of one Arrow PyCapsule exchange: `arrow_device` against pyarrow itself.
+"""Cost of one Arrow PyCapsule exchange: `arrow_device` against pyarrow and nanoarrow.
 
-One run measures three cases (an int64 array, a string array with nulls, a
-100-column record batch) in two directions, and prints a Markdown table of
-median microseconds per call and the ratio ours / pyarrow (below 1: ours is
-faster; the target is at most 1.0 everywhere).
+One run measures four cases (an int64 array, a string array with nulls, a
+100-column record batch, a one-column record batch) and prints a Markdown
+table of median microseconds per call, with the ratios ours / pyarrow and
+ours / nanoarrow (below 1: ours is faster).
 
-(a) import, consumer side. Both sides call the producer's (pyarrow's)
-    `__arrow_c_device_array__()` and import the two capsules it returns:
+(a) import, consumer side. Each consumer takes the capsules of pyarrow's
+    `__arrow_c_device_array__()`:
 
-      ours     arrow_device.array(src)
-               (calls src.__arrow_c_device_array__() itself; validate="default")
-      pyarrow  pa.Array._import_from_c_device_capsule(*src.__arrow_c_device_array__())
-               (pa.RecordBatch._import_from_c_device_capsule for the batch)
+      ours       arrow_device.array(src)            (validate="default")
+      pyarrow    imp(*src.__arrow_c_device_array__())
+      nanoarrow  nanoarrow.device.c_device_array(src)
 
-    Same protocol method, same capsules, no Python wrapper on either side:
-    pyarrow's `pa.array(obj)` would add its own type dispatch on top, and
-    `__arrow_c_array__` is a different (non-device) method. For reference,
-    ours is also measured at validate="minimal" and "none".
+    `imp` is pyarrow's `pa.Array._import_from_c_device_capsule`
+    (`pa.RecordBatch._...` for batches): the same protocol method and the
+    same capsules for all three, no Python wrapper on top. nanoarrow's
+    import checks the structs and keeps them as they are (its Python
+    objects parse the schema lazily), so it does less than the other two.
+    For reference, ours is also measured at validate="minimal" and "none".
 
-(b) export, producer side: pyarrow imports ours vs pyarrow imports its own.
+(b) export, producer side, read by pyarrow: pyarrow importing ours
+    (`imp(*ours.__arrow_c_device_array__())`) against pyarrow importing its
+    own (the statement of (a)'s pyarrow side) and pyarrow importing
+    nanoarrow's (`imp(*na.__arrow_c_device_array__())`), where `ours` is
+    `arrow_device.array(src)` and `na` is `c_device_array(src)`, made once.
 
-      ours     imp(*ours.__arrow_c_device_array__())
-      pyarrow  imp(*src.__arrow_c_device_array__())
-
-    where `imp` is the `_import_from_c_device_capsule` above and `ours` is
-    `arrow_device.array(src)`, made once. The pyarrow side is the statement
-    of (a)'s pyarrow side, so it is measured once per case and used in both.
+(c) export, read by nanoarrow: `c_device_array(ours)` against nanoarrow
+    reading pyarrow's (the statement of (a)'s nanoarrow side).
 
 Every call's result is dropped inside the timed loop, so releasing the
-imported structs (the producer's release callbacks) is measured too, on both
+imported structs (the producer's release callbacks) is measured too, on all
 sides. Before timing, each path's result is checked to equal the source.
 
 Measurement: `timeit.Timer` over the statement itself (no lambda), inner
@@ -37,7 +38,9 @@ loops sized so one repeat takes at least --min-time seconds, a warm-up repeat,
 then --repeats repeats per side, the sides of a case interleaved round-robin
 (rotating the order) so that drift on a noisy machine hits all of them alike.
 `timeit` switches the garbage collector off while timing, for every side. The
-table shows medians only (per call, over the repeats) and their ratio.
+table shows medians only (per call, over the repeats) and their ratios.
+
+Targets (issue 14): (a) ours/pyarrow <= 0.5, (b) ours/pyarrow <= 0.8.
 
 Usage: scripts/bench-python.py [--quick] [--json PATH] [--repeats N] [--min-time S]
 """
@@ -55,6 +58,7 @@ import timeit
 from dataclasses import dataclass, field
 from typing import Any
 
+import nanoarrow.device as nad
 import pyarrow as pa
 
 import arrow_device
@@ -108,18 +112,29 @@ def cases() -> list[Case]:
             pa.RecordBatch._import_from_c_device_capsule,
             True,
         ),
+        Case(
+            "record batch, 1 column × 1000 rows",
+            record_batch(columns=1),
+            pa.RecordBatch._import_from_c_device_capsule,
+            True,
+        ),
     ]
 
 
 # --------------------------------------------------------------------------
 # Sides
 
-# (key, label, statement). The pyarrow baseline is shared by (a) and (b).
+# (key, label, statement). pyarrow's own exchange is the baseline of (a) and
+# (b); nanoarrow reading pyarrow's is the nanoarrow side of (a) and the
+# baseline of (c).
 PYARROW = "pyarrow"
+NANOARROW = "nanoarrow"
 IMPORT = "import"
 IMPORT_MINIMAL = "import-minimal"
 IMPORT_NONE = "import-none"
 EXPORT = "export"
+PYARROW_READS_NANOARROW = "pyarrow-reads-nanoarrow"
+NANOARROW_READS_OURS = "nanoarrow-reads-ours"
 
 SIDES = [
     (IMPORT, "arrow_device.array(src)", "array(src)"),
@@ -127,6 +142,9 @@ SIDES = [
     (IMPORT_NONE, "arrow_device.array(src, validate='none')", "array(src, validate='none')"),
     (EXPORT, "imp(*ours.__arrow_c_device_array__())", "imp(*ours.__arrow_c_device_array__())"),
     (PYARROW, "imp(*src.__arrow_c_device_array__())", "imp(*src.__arrow_c_device_array__())"),
+    (NANOARROW, "c_device_array(src)", "c_device_array(src)"),
+    (PYARROW_READS_NANOARROW, "imp(*na.__arrow_c_device_array__())", "imp(*na.__arrow_c_device_array__())"),
+    (NANOARROW_READS_OURS, "c_device_array(ours)", "c_device_array(ours)"),
 ]
 
 
@@ -148,6 +166,10 @@ def check_equal(case: Case) -> None:
         assert to_pyarrow(case, ours).equals(src), f"{case.name}: pyarrow importing ours differs"
     if case.is_batch:
         assert to_pyarrow(case, arrow_device.array(src)).schema.equals(src.schema, check_metadata=True)
+    # nanoarrow, both ways.
+    assert to_pyarrow(case, nad.c_device_array(src)).equals(src), f"{case.name}: nanoarrow reading pyarrow's differs"
+    ours_in_nanoarrow = nad.c_device_array(arrow_device.array(src))
+    assert to_pyarrow(case, ours_in_nanoarrow).equals(src), f"{case.name}: nanoarrow reading ours differs"
 
 
 @dataclass
@@ -177,8 +199,10 @@ def measure_case(case: Case, repeats: int, min_time: float) -> dict[str, Side]:
     namespace = {
         "array": arrow_device.array,
         "imp": case.importer,
+        "c_device_array": nad.c_device_array,
         "src": case.src,
         "ours": arrow_device.array(case.src),
+        "na": nad.c_device_array(case.src),
     }
     sides = [Side(key, label, timeit.Timer(stmt, globals=namespace)) for key, label, stmt in SIDES]
     gc.collect()
@@ -202,30 +226,39 @@ def us(seconds: float) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
+# (label, ours, pyarrow side, nanoarrow side, target on ours/pyarrow or None)
 ROWS = [
-    ("(a) import", IMPORT, True),
-    ("(a) import, ours at `validate=\"minimal\"` (ref.)", IMPORT_MINIMAL, False),
-    ("(a) import, ours at `validate=\"none\"` (ref.)", IMPORT_NONE, False),
-    ("(b) export", EXPORT, True),
+    ("(a) import", IMPORT, PYARROW, NANOARROW, 0.5),
+    ("(a) import, ours at `validate=\"minimal\"` (ref.)", IMPORT_MINIMAL, PYARROW, NANOARROW, None),
+    ("(a) import, ours at `validate=\"none\"` (ref.)", IMPORT_NONE, PYARROW, NANOARROW, None),
+    ("(b) export, read by pyarrow", EXPORT, PYARROW, PYARROW_READS_NANOARROW, 0.8),
+    ("(c) export, read by nanoarrow", NANOARROW_READS_OURS, NANOARROW, None, None),
 ]
 
 
 def table(results: list[tuple[Case, dict[str, Side]]]) -> tuple[list[str], bool]:
     lines = [
-        "| case | comparison | ours (µs) | pyarrow (µs) | ours/pyarrow |",
-        "|---|---|---:|---:|---:|",
+        "| case | comparison | ours (µs) | pyarrow (µs) | ours/pyarrow | nanoarrow (µs) | ours/nanoarrow |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    target_met = True
+    targets_met = True
     for case, sides in results:
-        baseline = sides[PYARROW].median
-        for label, key, counts in ROWS:
+        for label, key, pyarrow_key, nanoarrow_key, target in ROWS:
             ours = sides[key].median
-            ratio = ours / baseline
-            if counts and ratio > 1.0:
-                target_met = False
-            mark = " ⚠" if counts and ratio > 1.0 else ""
-            lines.append(f"| {case.name} | {label} | {us(ours)} | {us(baseline)} | {ratio:.2f}×{mark} |")
-    return lines, target_met
+            pyarrow = sides[pyarrow_key].median
+            ratio = ours / pyarrow
+            missed = target is not None and ratio > target
+            targets_met &= not missed
+            mark = " ⚠" if missed else ""
+            if nanoarrow_key is None:
+                na_cells = "– | –"
+            else:
+                nanoarrow = sides[nanoarrow_key].median
+                na_cells = f"{us(nanoarrow)} | {ours / nanoarrow:.2f}×"
+            lines.append(
+                f"| {case.name} | {label} | {us(ours)} | {us(pyarrow)} | {ratio:.2f}×{mark} | {na_cells} |"
+            )
+    return lines, targets_met
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,30 +280,31 @@ def main(argv: list[str] | None = None) -> int:
         version = importlib.metadata.version("arrow_device")
     except importlib.metadata.PackageNotFoundError:
         version = getattr(arrow_device, "__version__", None)
-    print("# Arrow PyCapsule exchange: arrow_device vs pyarrow")
+    print("# Arrow PyCapsule exchange: arrow_device vs pyarrow and nanoarrow")
     print()
     print(f"- Python {platform.python_version()} ({platform.python_implementation()}), "
-          f"pyarrow {pa.__version__}, arrow_device{' ' + version if version else ''} "
+          f"pyarrow {pa.__version__}, nanoarrow {importlib.metadata.version('nanoarrow')}, arrow_device{' ' + version if version else ''} "
           f"({arrow_device._arrow_device.__file__.rsplit('/', 1)[-1]}), {platform.machine()} {platform.system()}")
     print(f"- median per call over {repeats} repeats of ≥{min_time:g} s each (sides interleaved; "
           f"gc off while timing, as `timeit` does, on both sides){'; --quick: smoke run, not a measurement' if args.quick else ''}")
-    print("- (a) import: ours `arrow_device.array(src)` vs pyarrow "
+    print("- (a) import: ours `arrow_device.array(src)`, pyarrow "
           "`_import_from_c_device_capsule(*src.__arrow_c_device_array__())` "
-          "(`pa.Array`, `pa.RecordBatch` for the batch): both consume pyarrow's device capsules")
-    print("- (b) export: pyarrow importing ours, `_import_from_c_device_capsule(*ours.__arrow_c_device_array__())`, "
-          "vs pyarrow importing its own (same statement as (a)'s pyarrow side)")
+          "(`pa.Array`, `pa.RecordBatch` for batches), nanoarrow `nanoarrow.device.c_device_array(src)`: "
+          "all consume pyarrow's device capsules")
+    print("- (b) export read by pyarrow: `_import_from_c_device_capsule(*x.__arrow_c_device_array__())` "
+          "for x = ours, pyarrow's own (the (a) statement), nanoarrow's")
+    print("- (c) export read by nanoarrow: `c_device_array(ours)` vs `c_device_array(src)` (pyarrow's)")
     print("- cases: int64 (1000 values, 6% nulls); utf8 (1000 short strings, 10% nulls); "
-          "record batch (100 columns cycling int64/float64/utf8, 1000 rows, with nulls)")
+          "record batches of 100 and of 1 columns (cycling int64/float64/utf8, 1000 rows, with nulls)")
     print("- the `validate=` reference rows pass a keyword argument, which by itself adds a fixed "
           "cost per call (keyword parsing of the abi3 extension): compare them with each other "
           "to see what validation costs, not with the (a) row")
-    print("- ratio ours/pyarrow: below 1.00× ours is faster; target ≤ 1.00× on every (a)/(b) row "
-          "(the `validate` rows are for reference)")
+    print("- targets (issue 14): (a) ours/pyarrow ≤ 0.50×, (b) ours/pyarrow ≤ 0.80×; ⚠ marks a row above its target")
     print()
     lines, target_met = table(results)
     print("\n".join(lines))
     print()
-    print(f"target (ours/pyarrow ≤ 1.00× on every (a) and (b) row): {'met' if target_met else 'NOT met (⚠ rows)'}")
+    print(f"targets ((a) ≤ 0.50×, (b) ≤ 0.80× ours/pyarrow): {'met' if target_met else 'NOT met (⚠ rows)'}")
 
     if args.json:
         raw = {
@@ -295,7 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                         }
                         for key, side in sides.items()
                     },
-                    "ratios": {key: sides[key].median / sides[PYARROW].median for _, key, _ in ROWS},
+                    "ratios": {
+                        key: sides[key].median / sides[pyarrow_key].median
+                        for _, key, pyarrow_key, _, _ in ROWS
+                    },
                 }
                 for case, sides in results
             ],

@@ -41,18 +41,22 @@ pub fn pointer<T>(obj: &Bound<'_, PyAny>, name: &CStr) -> PyResult<*mut T> {
             type_name(obj)
         ))
     })?;
-    if !capsule.is_valid_checked(Some(name)) {
-        let found = match capsule.name() {
-            // SAFETY: the name is read and copied at once, with the GIL held.
-            Ok(Some(found)) => format!("'{}'", unsafe { found.as_cstr() }.to_string_lossy()),
-            _ => "no name".to_string(),
-        };
-        return Err(PyValueError::new_err(format!(
-            "expected a PyCapsule named '{}', got one with {found}",
-            expected()
-        )));
+    // One check (name and pointer) on the common path; the message, which
+    // reads the capsule's own name, only on the rare one.
+    match capsule.pointer_checked(Some(name)) {
+        Ok(pointer) => Ok(pointer.as_ptr().cast()),
+        Err(_) => {
+            let found = match capsule.name() {
+                // SAFETY: the name is read and copied at once, with the GIL held.
+                Ok(Some(found)) => format!("'{}'", unsafe { found.as_cstr() }.to_string_lossy()),
+                _ => "no name".to_string(),
+            };
+            Err(PyValueError::new_err(format!(
+                "expected a PyCapsule named '{}', got one with {found}",
+                expected()
+            )))
+        }
     }
-    Ok(capsule.pointer_checked(Some(name))?.as_ptr().cast())
 }
 
 /// The two capsules a `__arrow_c_array__` / `__arrow_c_device_array__` call
