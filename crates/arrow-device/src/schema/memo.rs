@@ -162,29 +162,26 @@ unsafe fn same(node: &raw::ArrowSchema, fingerprint: &mut &[u8]) -> bool {
     if !unsafe { c_string(node.format, fingerprint) } {
         return false;
     }
-    let name_matches = match take(fingerprint, 1) {
-        Some([0]) => node.name.is_null(),
+    let name_matches = match take_u8(fingerprint) {
+        Some(0) => node.name.is_null(),
         // SAFETY: a live node's non-NULL name is a NUL-terminated string.
-        Some([1]) => !node.name.is_null() && unsafe { c_string(node.name, fingerprint) },
+        Some(1) => !node.name.is_null() && unsafe { c_string(node.name, fingerprint) },
         _ => false,
     };
-    if !name_matches || take(fingerprint, 8) != Some(&node.flags.to_le_bytes()[..]) {
+    if !name_matches || take_i64(fingerprint) != Some(node.flags) {
         return false;
     }
-    let metadata_matches = match take(fingerprint, 1) {
-        Some([0]) => node.metadata.is_null(),
+    let metadata_matches = match take_u8(fingerprint) {
+        Some(0) => node.metadata.is_null(),
         // SAFETY: non-NULL metadata is an encoding (the producer's promise,
         // as for the import); it is compared piece by piece.
-        Some([1]) => {
-            !node.metadata.is_null() && unsafe { same_metadata(node.metadata, fingerprint) }
-        }
+        Some(1) => !node.metadata.is_null() && unsafe { same_metadata(node.metadata, fingerprint) },
         _ => false,
     };
-    if !metadata_matches || take(fingerprint, 8) != Some(&node.n_children.to_le_bytes()[..]) {
-        return false;
-    }
-    let has_dictionary = !node.dictionary.is_null();
-    if take(fingerprint, 1) != Some(&[u8::from(has_dictionary)][..]) {
+    if !metadata_matches
+        || take_i64(fingerprint) != Some(node.n_children)
+        || take_u8(fingerprint) != Some(u8::from(!node.dictionary.is_null()))
+    {
         return false;
     }
     // A count that matched is one a successful import accepted.
@@ -265,6 +262,18 @@ unsafe fn same_metadata(metadata: *const c_char, fingerprint: &mut &[u8]) -> boo
         }
     }
     true
+}
+
+fn take_u8(fingerprint: &mut &[u8]) -> Option<u8> {
+    let (&first, rest) = fingerprint.split_first()?;
+    *fingerprint = rest;
+    Some(first)
+}
+
+fn take_i64(fingerprint: &mut &[u8]) -> Option<i64> {
+    let (bytes, rest) = fingerprint.split_first_chunk::<8>()?;
+    *fingerprint = rest;
+    Some(i64::from_le_bytes(*bytes))
 }
 
 /// The next `n` bytes of `fingerprint`, consumed; `None` when it is shorter.
