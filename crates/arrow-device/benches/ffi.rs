@@ -25,12 +25,17 @@
 
 use std::hint::black_box;
 
+use arrow_array::ffi::FFI_ArrowArray;
 use arrow_array::ffi::{from_ffi, to_ffi};
 use arrow_array::{make_array, Array, ArrayRef, RecordBatch, StructArray};
+use arrow_device::abi::ArrowDeviceArray;
 use arrow_device::schema::export_schema;
 use arrow_device::{export_array, export_record_batch, DeviceArray, ValidationLevel};
 use arrow_schema::ffi::FFI_ArrowSchema;
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput,
+};
 
 mod common;
 use common::{configure, dictionary_batch, int64s, mixed_batch, nested_lists, strings};
@@ -79,37 +84,11 @@ fn bench_array(c: &mut Criterion, name: &str, array: &dyn Array) {
             b.iter(|| device_round_trip(black_box(array), level))
         });
     }
-    // Each half alone: an export released at once, and an import (with the
-    // conversion back) of structs exported beforehand.
-    group.bench_function("arrow-rs-export", |b| {
-        b.iter(|| to_ffi(&black_box(array).to_data()).expect("exportable"))
-    });
-    group.bench_function("arrow-device-export", |b| {
-        b.iter(|| export_array(black_box(array)).expect("exportable"))
-    });
-    group.bench_function("arrow-rs-import", |b| {
-        b.iter_batched(
-            || to_ffi(&array.to_data()).expect("exportable"),
-            // SAFETY: the structs were just produced by arrow-rs' own exporter.
-            |(c_array, c_schema)| {
-                make_array(unsafe { from_ffi(c_array, &c_schema) }.expect("valid import"))
-            },
-            BatchSize::SmallInput,
-        )
-    });
-    group.bench_function("arrow-device-import", |b| {
-        b.iter_batched(
-            || export_array(array).expect("exportable"),
-            |(c_array, c_schema)| {
-                // SAFETY: the structs come from this crate's exporter.
-                unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
-                    .expect("valid import")
-                    .to_host()
-                    .expect("CPU memory")
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    bench_halves(
+        &mut group,
+        || to_ffi(&array.to_data()).expect("exportable"),
+        || export_array(array).expect("exportable"),
+    );
     group.finish();
 }
 
@@ -130,18 +109,26 @@ fn bench_batch(c: &mut Criterion, name: &str, batch: &RecordBatch) {
             b.iter(|| device_batch_round_trip(black_box(batch), level))
         });
     }
-    let arrow_rs_export = |batch: &RecordBatch| {
-        to_ffi(&StructArray::from(batch.clone()).into_data()).expect("exportable")
-    };
-    group.bench_function("arrow-rs-export", |b| {
-        b.iter(|| arrow_rs_export(black_box(batch)))
-    });
-    group.bench_function("arrow-device-export", |b| {
-        b.iter(|| export_record_batch(black_box(batch)).expect("exportable"))
-    });
+    bench_halves(
+        &mut group,
+        || to_ffi(&StructArray::from(batch.clone()).into_data()).expect("exportable"),
+        || export_record_batch(batch).expect("exportable"),
+    );
+    group.finish();
+}
+
+/// Each half alone, on both sides: an export released at once, and an
+/// import (with the conversion back) of structs exported beforehand.
+fn bench_halves(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    arrow_rs_export: impl Fn() -> (FFI_ArrowArray, FFI_ArrowSchema),
+    device_export: impl Fn() -> (ArrowDeviceArray, FFI_ArrowSchema),
+) {
+    group.bench_function("arrow-rs-export", |b| b.iter(&arrow_rs_export));
+    group.bench_function("arrow-device-export", |b| b.iter(&device_export));
     group.bench_function("arrow-rs-import", |b| {
         b.iter_batched(
-            || arrow_rs_export(batch),
+            &arrow_rs_export,
             // SAFETY: the structs were just produced by arrow-rs' own exporter.
             |(c_array, c_schema)| {
                 make_array(unsafe { from_ffi(c_array, &c_schema) }.expect("valid import"))
@@ -151,7 +138,7 @@ fn bench_batch(c: &mut Criterion, name: &str, batch: &RecordBatch) {
     });
     group.bench_function("arrow-device-import", |b| {
         b.iter_batched(
-            || export_record_batch(batch).expect("exportable"),
+            &device_export,
             |(c_array, c_schema)| {
                 // SAFETY: the structs come from this crate's exporter.
                 unsafe { DeviceArray::try_new(c_array, c_schema, ValidationLevel::Default) }
@@ -162,7 +149,6 @@ fn bench_batch(c: &mut Criterion, name: &str, batch: &RecordBatch) {
             BatchSize::SmallInput,
         )
     });
-    group.finish();
 }
 
 /// How the cost grows with the tree: one group per size, whose throughput

@@ -25,10 +25,10 @@ use arrow_array::ffi::{from_ffi, to_ffi};
 use std::ptr::NonNull;
 
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
-use arrow_array::RecordBatchIterator;
 use arrow_array::{
     make_array, Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, StructArray,
 };
+use arrow_array::{RecordBatchIterator, RecordBatchReader};
 use arrow_buffer::alloc::Allocation;
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_data::ArrayData;
@@ -36,7 +36,7 @@ use arrow_device::stream::{
     export_async_record_batches, export_reader, AsyncDeviceStream, DeviceStreamReader,
 };
 use arrow_device::{export_array, DeviceArray, ValidationLevel};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{ArrowError, DataType, Field, Schema};
 use futures_util::StreamExt;
 
 fn int64s(len: usize) -> ArrayRef {
@@ -138,17 +138,7 @@ fn main() {
             });
         }
         "sync-stream" => {
-            let batch = RecordBatch::from(
-                array
-                    .as_any()
-                    .downcast_ref::<StructArray>()
-                    .expect("a batch case")
-                    .clone(),
-            );
-            let mut batches = Some(RecordBatchIterator::new(
-                (0..n).map(|_| Ok(batch.clone())).collect::<Vec<_>>(),
-                batch.schema(),
-            ));
+            let mut batches = Some(batches(array, n));
             measured(1, || {
                 let batches = batches.take().expect("one stream");
                 let stream = export_reader(batches).expect("exportable schema");
@@ -162,17 +152,7 @@ fn main() {
             });
         }
         "arrow-rs-stream" => {
-            let batch = RecordBatch::from(
-                array
-                    .as_any()
-                    .downcast_ref::<StructArray>()
-                    .expect("a batch case")
-                    .clone(),
-            );
-            let mut batches = Some(RecordBatchIterator::new(
-                (0..n).map(|_| Ok(batch.clone())).collect::<Vec<_>>(),
-                batch.schema(),
-            ));
+            let mut batches = Some(batches(array, n));
             measured(1, || {
                 let batches = batches.take().expect("one stream");
                 let stream = FFI_ArrowArrayStream::new(Box::new(batches));
@@ -182,21 +162,14 @@ fn main() {
             });
         }
         "async-stream" => {
-            let batch = RecordBatch::from(
-                array
-                    .as_any()
-                    .downcast_ref::<StructArray>()
-                    .expect("a batch case")
-                    .clone(),
-            );
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .build()
                 .expect("a runtime");
-            let mut batches = Some((0..n).map(|_| Ok(batch.clone())).collect::<Vec<_>>());
+            let mut batches = Some(batches(array, n));
             measured(1, || {
                 let batches = batches.take().expect("one stream");
                 let producer = export_async_record_batches(
-                    batch.schema(),
+                    batches.schema(),
                     futures_util::stream::iter(batches),
                 )
                 .expect("exportable schema");
@@ -220,6 +193,28 @@ fn main() {
         }),
         other => panic!("unknown side {other}"),
     }
+}
+
+/// `n` copies of the batch case `array`, as a reader.
+fn batches(
+    array: &dyn Array,
+    n: usize,
+) -> RecordBatchIterator<std::vec::IntoIter<Result<RecordBatch, ArrowError>>> {
+    let batch = RecordBatch::from(
+        array
+            .as_any()
+            .downcast_ref::<StructArray>()
+            .expect("a batch case")
+            .clone(),
+    );
+    let schema = batch.schema();
+    RecordBatchIterator::new(
+        (0..n)
+            .map(|_| Ok(batch.clone()))
+            .collect::<Vec<_>>()
+            .into_iter(),
+        schema,
+    )
 }
 
 /// What any zero-copy exchange that hands back arrow-rs arrays pays
