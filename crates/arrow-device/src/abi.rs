@@ -424,6 +424,74 @@ pub mod raw {
         pub private_data: *mut c_void,
     }
 
+    /// What the two C structs of a tree (`ArrowArray`, `ArrowSchema`) share
+    /// for releasing it: children, a dictionary, a release callback.
+    pub(crate) trait Tree: Sized {
+        fn release_callback(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
+        /// `(n_children, children)`.
+        fn children_of(&self) -> (i64, *mut *mut Self);
+        fn dictionary_of(&self) -> *mut Self;
+    }
+
+    impl Tree for ArrowArray {
+        fn release_callback(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
+            self.release
+        }
+        fn children_of(&self) -> (i64, *mut *mut Self) {
+            (self.n_children, self.children)
+        }
+        fn dictionary_of(&self) -> *mut Self {
+            self.dictionary
+        }
+    }
+
+    impl Tree for ArrowSchema {
+        fn release_callback(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
+            self.release
+        }
+        fn children_of(&self) -> (i64, *mut *mut Self) {
+            (self.n_children, self.children)
+        }
+        fn dictionary_of(&self) -> *mut Self {
+            self.dictionary
+        }
+    }
+
+    /// Releases the children and the dictionary of `node` that are still in
+    /// place, in a producer's release callback: a child the consumer moved
+    /// out (spec: "Moving child arrays") has a NULL `release`, and its moved
+    /// copy releases itself.
+    ///
+    /// # Safety
+    /// `node` is a struct this crate exported, not yet released: its
+    /// `children` hold `n_children` pointers to structs, and its
+    /// `dictionary` is NULL or a struct, all alive while `node` is.
+    #[inline]
+    pub(crate) unsafe fn release_children_in_place<T: Tree>(node: &T) {
+        let (n_children, children) = node.children_of();
+        for i in 0..usize::try_from(n_children).unwrap_or(0) {
+            // SAFETY: `n_children` pointers to structs (the caller's
+            // guarantee).
+            unsafe { release_in_place(*children.add(i)) };
+        }
+        // SAFETY: NULL or a struct (the caller's guarantee).
+        unsafe { release_in_place(node.dictionary_of()) };
+    }
+
+    /// Releases `child` unless it is NULL or already released (moved out).
+    ///
+    /// # Safety
+    /// `child` is NULL or points to a struct.
+    #[inline]
+    unsafe fn release_in_place<T: Tree>(child: *mut T) {
+        // SAFETY: NULL or a struct (the caller's guarantee).
+        if let Some(release) = unsafe { child.as_ref() }.and_then(T::release_callback) {
+            // SAFETY: the child's own callback, called once: it marks the
+            // child released.
+            unsafe { release(child) };
+        }
+    }
+
     /// `struct ArrowArrayStream` (the C stream interface) with public fields;
     /// arrow-rs keeps [`FFI_ArrowArrayStream`]'s private.
     #[repr(C)]

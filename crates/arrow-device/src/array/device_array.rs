@@ -495,7 +495,7 @@ impl DeviceArray {
     /// arrow-rs' `validate_full` before handing data from an untrusted
     /// producer, imported at a lower level, to a kernel.
     pub fn to_host(&self) -> Result<ArrayRef> {
-        if !self.storage.structure_checked && !self.values_checked() {
+        if !self.structure_known() {
             let data = self.host_data()?;
             validate::structure(&data, &Path::root())?;
             return Ok(make_array(data));
@@ -524,6 +524,12 @@ impl DeviceArray {
             }
         }
         Ok(())
+    }
+
+    /// Whether the structure arrow-rs builds its arrays on is known good:
+    /// checked by the import at its level, or with every value since.
+    fn structure_known(&self) -> bool {
+        self.storage.structure_checked || self.values_checked()
     }
 
     fn values_checked(&self) -> bool {
@@ -589,7 +595,7 @@ impl DeviceArray {
         if !matches!(self.data_type(), DataType::Struct(_)) {
             return Err(not_a_record_batch(self.data_type()));
         }
-        let (columns, nulls) = if !self.storage.structure_checked && !self.values_checked() {
+        let (columns, nulls) = if !self.structure_known() {
             // Through `to_host`, which checks the structure first.
             let array = self.to_host()?;
             let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {

@@ -337,8 +337,9 @@ unsafe fn free_block<O>(header: *mut Header) {
 }
 
 /// Writes the tree that `source` finds (in `owner`, or beside it), whose
-/// memory `owner` keeps alive, into one block, and returns the root struct. `device` is the implementation of the
-/// device the buffers live on (`None` for the CPU or an opaque device):
+/// memory `owner` keeps alive, into one block, and returns the root struct.
+/// `device` is the implementation of the device the buffers live on
+/// (`None` for the CPU or an opaque device):
 /// where it offers host-accessible memory, the variadic sizes of view
 /// arrays go there (see the crate documentation).
 pub(crate) fn export_tree<'s, S, O>(
@@ -442,22 +443,12 @@ impl Writer<'_> {
         let n_children = source.n_children();
         let pointers = self.reserve(n_children).cast::<*mut raw::ArrowArray>();
         for i in 0..n_children {
-            let slot = self.reserve(STRUCT_WORDS).cast::<raw::ArrowArray>();
-            let written = self.write(source.child(i));
-            // SAFETY: `slot` and pointer `i` were reserved for this node.
-            unsafe {
-                slot.write(written);
-                *pointers.add(i) = slot;
-            }
+            let child = self.write_child(source.child(i));
+            // SAFETY: pointer `i` was reserved for this node.
+            unsafe { *pointers.add(i) = child };
         }
         let dictionary = match source.dictionary() {
-            Some(dictionary) => {
-                let slot = self.reserve(STRUCT_WORDS).cast::<raw::ArrowArray>();
-                let written = self.write(dictionary);
-                // SAFETY: reserved for this node's dictionary.
-                unsafe { slot.write(written) };
-                slot
-            }
+            Some(dictionary) => self.write_child(dictionary),
             None => null_mut(),
         };
         raw::ArrowArray {
@@ -480,6 +471,16 @@ impl Writer<'_> {
             release: Some(release),
             private_data: self.block.cast(),
         }
+    }
+
+    /// Writes a child's (or dictionary's) subtree, its struct into a slot of
+    /// the block, and returns the slot.
+    fn write_child<S: Source + ?Sized>(&mut self, child: &S) -> *mut raw::ArrowArray {
+        let slot = self.reserve(STRUCT_WORDS).cast::<raw::ArrowArray>();
+        let written = self.write(child);
+        // SAFETY: the slot was reserved for this child alone.
+        unsafe { slot.write(written) };
+        slot
     }
 
     /// The variadic-sizes buffer of a view node: host memory the device can
@@ -533,14 +534,9 @@ unsafe extern "C" fn release(array: *mut raw::ArrowArray) {
         if array.release.is_none() || array.private_data.is_null() {
             return;
         }
-        let n_children = usize::try_from(array.n_children).unwrap_or(0);
-        for i in 0..n_children {
-            // SAFETY: the children pointer array lies in the block, alive
-            // while this struct holds its reference.
-            let child = unsafe { *array.children.add(i) };
-            release_child(child);
-        }
-        release_child(array.dictionary);
+        // SAFETY: a struct of ours, not yet released: its children and
+        // dictionary lie in the block, alive while it holds its reference.
+        unsafe { raw::release_children_in_place(&*array) };
         let header = array.private_data.cast::<Header>();
         array.release = None;
         array.private_data = null_mut();
@@ -554,21 +550,6 @@ unsafe extern "C" fn release(array: *mut raw::ArrowArray) {
             }
         }
     }));
-}
-
-/// Releases a child struct in the block unless the consumer moved it out
-/// (then its `release` is NULL, and the moved copy releases itself).
-fn release_child(child: *mut raw::ArrowArray) {
-    if child.is_null() {
-        return;
-    }
-    // SAFETY: a struct in the block, alive while its parent holds a
-    // reference.
-    unsafe {
-        if let Some(release) = (*child).release {
-            release(child);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -331,21 +331,20 @@ impl Node {
         &self,
         wrap: &mut impl FnMut(RawBuf) -> Buffer,
     ) -> Result<ArrayData> {
-        let mut buffers = self.buffers.iter();
-        // The bitmap, or None when there is none or no slot is null.
-        let validity = if layout::has_validity(&self.data_type) {
-            let validity = buffers.next().copied().unwrap_or(RawBuf::NULL);
-            (!validity.ptr.is_null() && self.null_count != Some(0)).then(|| wrap(validity))
-        } else {
-            None
-        };
-        let mut data_buffers: Vec<Buffer> = buffers.map(|b| wrap_or_empty(*b, wrap)).collect();
-        if let Some(BufferKind::Offsets(width)) = layout::buffer_kinds(&self.data_type).get(1) {
-            if self.buffers.get(1).is_some_and(|b| b.ptr.is_null()) {
-                // A zero-slot array may come without an offsets buffer;
-                // arrow-rs wants one (zero) offset.
-                data_buffers[0] = Buffer::from(MutableBuffer::from_len_zeroed(*width));
-            }
+        let has_validity = layout::has_validity(&self.data_type);
+        let nulls = if has_validity { self.nulls(wrap) } else { None };
+        // The buffers after the bitmap.
+        let mut data_buffers: Vec<Buffer> = self
+            .buffers
+            .get(usize::from(has_validity)..)
+            .unwrap_or_default()
+            .iter()
+            .map(|b| wrap_or_empty(*b, wrap))
+            .collect();
+        if let Some(width) = self.missing_offsets() {
+            // A zero-slot array may come without an offsets buffer; arrow-rs
+            // wants one (zero) offset.
+            data_buffers[0] = Buffer::from(MutableBuffer::from_len_zeroed(width));
         }
         // Exact capacity: a leaf allocates nothing here.
         let n_child_data = self.children.len() + usize::from(self.dictionary.is_some());
@@ -358,36 +357,32 @@ impl Node {
             // SAFETY: as above.
             child_data.push(unsafe { dictionary.to_array_data(wrap) }?);
         }
-        if self.buffers_aligned() {
-            // SAFETY: import validation checked the structure at the level the
-            // caller asked for (see the function's contract); every buffer of
-            // this node is aligned and the children were built (and aligned)
-            // above. `null_count` is trusted below Full level, as the C Data
-            // Interface says; at Full it was checked against the bitmap.
-            return Ok(unsafe {
-                ArrayData::new_unchecked(
-                    self.data_type.clone(),
-                    self.len,
-                    self.null_count,
-                    validity,
-                    self.offset,
-                    data_buffers,
-                    child_data,
-                )
-            });
-        }
-        let mut builder = ArrayDataBuilder::new(self.data_type.clone())
+        let builder = ArrayDataBuilder::new(self.data_type.clone())
             .len(self.len)
             .offset(self.offset)
-            .null_bit_buffer(validity)
+            .nulls(nulls)
             .buffers(data_buffers)
             .child_data(child_data)
-            .align_buffers(true);
-        if let Some(count) = self.null_count {
-            builder = builder.null_count(count);
-        }
-        // SAFETY: as above; `align_buffers` copies the misaligned buffers.
+            // Misaligned buffers (a foreign producer's) are copied.
+            .align_buffers(!self.buffers_aligned());
+        // SAFETY: import validation checked the structure at the level the
+        // caller asked for (see the function's contract), and the children
+        // were built (and aligned) above; `nulls` trusts the producer's
+        // count as the C Data Interface says (see `Node::nulls`).
         Ok(unsafe { builder.skip_validation(true) }.build()?)
+    }
+
+    /// The width of the offsets when this node's offsets buffer is NULL
+    /// (allowed for zero slots), `None` otherwise.
+    fn missing_offsets(&self) -> Option<usize> {
+        match layout::buffer_kinds(&self.data_type).get(1) {
+            Some(BufferKind::Offsets(width))
+                if self.buffers.get(1).is_some_and(|b| b.ptr.is_null()) =>
+            {
+                Some(*width)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -406,11 +401,7 @@ impl Node {
         &self,
         wrap: &mut impl FnMut(RawBuf) -> Buffer,
     ) -> Result<ArrayRef> {
-        let offsets_missing = matches!(
-            layout::buffer_kinds(&self.data_type).get(1),
-            Some(BufferKind::Offsets(_))
-        ) && self.buffers.get(1).is_some_and(|b| b.ptr.is_null());
-        if !self.buffers_aligned() || offsets_missing {
+        if !self.buffers_aligned() || self.missing_offsets().is_some() {
             // SAFETY: forwarded from the caller.
             return Ok(make_array(unsafe { self.to_array_data(wrap) }?));
         }
@@ -483,9 +474,10 @@ impl Node {
         Ok((columns, nulls))
     }
 
-    /// The validity bitmap as arrow-rs nulls: `None` without a bitmap or
-    /// without nulls; the producer's count is trusted as in
-    /// [`Node::to_array_data`].
+    /// The validity bitmap (buffer 0, of a type that has one) as arrow-rs
+    /// nulls: `None` without a bitmap or without nulls. The producer's
+    /// count is trusted below `Full`, as the C Data Interface says; at
+    /// `Full` it was checked against the bitmap.
     fn nulls(&self, wrap: &mut impl FnMut(RawBuf) -> Buffer) -> Option<NullBuffer> {
         let validity = *self.buffers.first()?;
         if validity.ptr.is_null() || self.null_count == Some(0) {
@@ -493,8 +485,7 @@ impl Node {
         }
         let bits = BooleanBuffer::new(wrap(validity), self.offset, self.len);
         let nulls = match self.null_count {
-            // SAFETY: below `Full` the C Data Interface's count is trusted;
-            // at `Full` it was checked against the bitmap.
+            // SAFETY: the count is trusted (see above).
             Some(count) => unsafe { NullBuffer::new_unchecked(bits, count) },
             None => NullBuffer::new(bits),
         };

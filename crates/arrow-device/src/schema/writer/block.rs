@@ -311,13 +311,10 @@ unsafe extern "C" fn release(schema: *mut raw::ArrowSchema) {
         if schema.release.is_none() {
             return;
         }
-        let n_children = usize::try_from(schema.n_children).unwrap_or(0);
-        for index in 0..n_children {
-            // SAFETY: `children` holds `n_children` pointers to structs in
-            // the block, which this node's reference keeps alive.
-            release_in_place(unsafe { *schema.children.add(index) });
-        }
-        release_in_place(schema.dictionary);
+        // SAFETY: a node written here, not yet released: its children and
+        // dictionary are structs of the block, which its reference keeps
+        // alive.
+        unsafe { raw::release_children_in_place(&*schema) };
         let shared = schema.private_data.cast::<Storage>().cast_const();
         schema.release = None;
         schema.private_data = null_mut();
@@ -326,21 +323,6 @@ unsafe extern "C" fn release(schema: *mut raw::ArrowSchema) {
         // itself may live in the block, so nothing touches it after this.
         drop(unsafe { Arc::from_raw(shared) });
     }));
-}
-
-/// Releases a child or dictionary that its parent still holds, unless the
-/// consumer released it or moved it out (which leaves `release` NULL).
-fn release_in_place(child: *mut raw::ArrowSchema) {
-    // SAFETY: `child` is NULL or one of the block's structs, alive while
-    // its parent holds its reference.
-    let Some(node) = (unsafe { child.as_mut() }) else {
-        return;
-    };
-    if let Some(release) = node.release {
-        // SAFETY: the node's own callback, called once: it marks the node
-        // released.
-        unsafe { release(child) };
-    }
 }
 
 /// The number of nodes still holding the block that `node` (a live node
