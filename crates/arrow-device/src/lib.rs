@@ -112,6 +112,7 @@
 pub mod abi;
 pub mod array;
 pub mod cai;
+pub mod conformance;
 pub mod device;
 pub mod dlpack;
 pub mod error;

@@ -71,6 +71,16 @@ pub(crate) fn buffer_kinds(data_type: &DataType) -> &'static [BufferKind] {
     }
 }
 
+/// The alignment arrow-rs expects of buffer `index` of a node of
+/// `data_type` to use it without a copy: the width of its values (at most
+/// 16), 1 for bitmaps, type ids and variable-size data.
+pub(crate) fn buffer_alignment(data_type: &DataType, index: usize) -> usize {
+    match buffer_kinds(data_type).get(index) {
+        Some(BufferKind::Fixed(width) | BufferKind::Offsets(width)) => (*width).clamp(1, 16),
+        _ => 1,
+    }
+}
+
 /// Byte width of a `Fixed` buffer, resolving the per-type width of
 /// fixed-size binary (encoded as `Fixed(0)` in the table).
 pub(crate) fn fixed_width(data_type: &DataType, kind_width: usize) -> usize {

@@ -561,14 +561,8 @@ impl Node {
     /// the widest value arrow-rs reads from it: at least as strict as the
     /// alignments arrow-rs' `align_buffers` checks.
     fn buffers_aligned(&self) -> bool {
-        let kinds = layout::buffer_kinds(&self.data_type);
         self.buffers.iter().enumerate().all(|(i, buffer)| {
-            let align = match kinds.get(i) {
-                Some(BufferKind::Fixed(width) | BufferKind::Offsets(width)) => {
-                    (*width).clamp(1, 16)
-                }
-                _ => 1,
-            };
+            let align = layout::buffer_alignment(&self.data_type, i);
             buffer.ptr.is_null() || buffer.len == 0 || (buffer.ptr as usize) % align == 0
         })
     }
