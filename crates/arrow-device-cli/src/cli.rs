@@ -25,6 +25,11 @@ Examples:
   arrow-device big.arrow --stream --batch-rows 16384
   cat data.arrows | arrow-device -            an IPC stream from standard input
 
+Checking a producer (a separate command, see `arrow-device check --help`):
+  arrow-device check --lib ./libproducer.so --symbol NAME [--stream]
+A first argument of exactly `check` runs it; read a data file named `check`
+as ./check.
+
 Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage error.";
 
 /// Round-trips Arrow data through the Arrow C Device Data Interface.
@@ -41,7 +46,8 @@ pub struct Args {
     /// bytes); `-` reads standard input. A pipe or FIFO (a piped standard
     /// input too) can carry an IPC stream only: the other two formats are
     /// read by seeking, which needs a regular file. Without it, an embedded
-    /// dataset of mixed types is generated.
+    /// dataset of mixed types is generated. A file named `check` is given
+    /// as `./check` (`check` first runs `arrow-device check`).
     pub file: Option<PathBuf>,
 
     /// Device to export onto: cpu, emulated[:N] or cuda[:N] (N defaults to

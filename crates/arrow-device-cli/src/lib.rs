@@ -10,9 +10,13 @@
 //! ([`relay`]) and verified batch by batch ([`streaming`]). The [`report`]
 //! gives per-stage times and bandwidths.
 //!
+//! `arrow-device check` ([`check`]) is a second command: it loads a
+//! producer from a shared library and runs the conformance checker on it.
+//!
 //! The library part exists so the integration tests and benchmarks can reuse
 //! the dataset generator; the command itself is `src/main.rs`.
 
+pub mod check;
 pub mod cli;
 pub mod dataset;
 pub mod error;

@@ -8,6 +8,7 @@
 mod array;
 mod cai;
 mod capsule;
+mod conformance;
 mod device;
 mod dlpack;
 mod errors;
@@ -31,5 +32,6 @@ fn _arrow_device(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::cuda, m)?)?;
     m.add_function(wrap_pyfunction!(device::cuda_host, m)?)?;
     m.add_function(wrap_pyfunction!(device::cuda_managed, m)?)?;
+    conformance::register(m)?;
     Ok(())
 }

@@ -32,13 +32,17 @@
 //! ```
 
 mod array;
+mod follow;
 mod stream;
+mod values;
 mod watch;
 
 use std::fmt;
 
-pub use array::{check_array, check_device_array, ArrayExport, DeviceArrayExport};
+pub use array::{check_array, check_device_array, check_schema, ArrayExport, DeviceArrayExport};
+pub use follow::follow;
 pub use stream::{check_device_stream, check_stream, MAX_BATCHES};
+pub use values::compare_values;
 pub use watch::{lost_calls, watch, Watch};
 
 /// What a check found.
@@ -81,6 +85,8 @@ pub enum Scope {
     Dlpack,
     /// The CUDA Array Interface (`__cuda_array_interface__`).
     Cai,
+    /// A consumer given this crate's producers (`check_consumer`).
+    Consumer,
 }
 
 impl Scope {
@@ -95,6 +101,7 @@ impl Scope {
             Scope::DeviceStream => "device_stream",
             Scope::Dlpack => "dlpack",
             Scope::Cai => "cai",
+            Scope::Consumer => "consumer",
         }
     }
 
@@ -103,7 +110,7 @@ impl Scope {
         matches!(self, Scope::DeviceArray | Scope::DeviceStream)
     }
 
-    const ALL: [Scope; 7] = [
+    const ALL: [Scope; 8] = [
         Scope::Schema,
         Scope::Array,
         Scope::DeviceArray,
@@ -111,6 +118,7 @@ impl Scope {
         Scope::DeviceStream,
         Scope::Dlpack,
         Scope::Cai,
+        Scope::Consumer,
     ];
 }
 
@@ -131,8 +139,8 @@ pub struct Rule {
 }
 
 use Scope::{
-    Array as A, Cai as CAI, DeviceArray as DA, DeviceStream as DS, Dlpack as DL, Schema as SC,
-    Stream as ST,
+    Array as A, Cai as CAI, Consumer as CO, DeviceArray as DA, DeviceStream as DS, Dlpack as DL,
+    Schema as SC, Stream as ST,
 };
 
 const ARRAYS: &[Scope] = &[A, DA, ST, DS];
@@ -182,7 +190,7 @@ pub const RULES: &[Rule] = &[
     Rule { name: "end_repeats", scopes: STREAMS, section: "C Stream Interface § Semantics",
         summary: "get_next after the end keeps returning 0 and a released array", advisory: false },
     Rule { name: "last_error", scopes: STREAMS, section: "C Stream Interface § Error handling",
-        summary: "get_last_error returns NULL or a NUL-terminated UTF-8 message, also after a failure", advisory: false },
+        summary: "after a failed call, get_last_error returns NULL or a NUL-terminated UTF-8 message (it may only be called then)", advisory: false },
     Rule { name: "stream_release", scopes: STREAMS, section: "C Stream Interface § Result lifetimes",
         summary: "one call of release releases the stream and marks it released (NULL release), so nothing on it is callable after", advisory: false },
     Rule { name: "device_matches", scopes: &[DL], section: "DLPack § __dlpack_device__",
@@ -199,6 +207,14 @@ pub const RULES: &[Rule] = &[
         summary: "shape, typestr and strides describe a non-overlapping array; data is (pointer, read_only)", advisory: false },
     Rule { name: "mask", scopes: &[CAI], section: "CUDA Array Interface v3 § mask",
         summary: "mask is absent or None, or an object with the CUDA Array Interface of the array's shape and a boolean or integer typestr", advisory: false },
+    Rule { name: "accepts", scopes: &[CO], section: "PyCapsule Interface § Export Protocol",
+        summary: "the consumer takes the producer's data, or refuses it with an exception (a device it cannot use); it consumes at least the CPU forms", advisory: false },
+    Rule { name: "host_read", scopes: &[CO], section: "C Device Data Interface § The ArrowDeviceArray structure",
+        summary: "the consumer never dereferences device memory on the host (the emulated device's strict mode crashes a process that does)", advisory: false },
+    Rule { name: "values", scopes: &[CO], section: "C Device Data Interface § Synchronization",
+        summary: "the consumer read the producer's final values: it waited on the sync_event before reading (a delayed device holds poison until then)", advisory: false },
+    Rule { name: "release", scopes: &[CO], section: "C Data Interface § Release callback semantics -- for consumers",
+        summary: "everything the consumer took (arrays, schemas, streams, their batches) is released exactly once, by the time its result is dropped", advisory: false },
 ];
 
 /// The rule named `name` (the part of an id after the scope).

@@ -50,7 +50,7 @@ impl Tally {
         Arc::new(Tally::default())
     }
 
-    fn add(&self, path: String) -> (Arc<AtomicU32>, Arc<AtomicBool>) {
+    pub(crate) fn add(&self, path: String) -> (Arc<AtomicU32>, Arc<AtomicBool>) {
         let calls = Arc::new(AtomicU32::new(0));
         let marked = Arc::new(AtomicBool::new(false));
         lock(&self.nodes).push(Node {
@@ -297,6 +297,10 @@ pub struct Watch {
 }
 
 impl Watch {
+    pub(crate) fn from_tally(tally: Arc<Tally>) -> Watch {
+        Watch { tally }
+    }
+
     /// `(path, calls, marked released)` for every node watched, root first.
     pub fn calls(&self) -> Vec<(String, u32, bool)> {
         self.tally
