@@ -630,7 +630,7 @@ class StreamState:
     def __init__(self, schema_case: Optional[Case], batches, *, device=False,
                  device_type=CPU, schema_error=None, fail_at=None,
                  next_error=b"producer failed mid-stream", last_error_null=False,
-                 schema_left_released=False, on_next=None):
+                 schema_left_released=False, on_next=None, on_schema=None):
         self.schema_case = schema_case
         self.batches = list(batches)  # Built objects
         self.device = device
@@ -644,6 +644,9 @@ class StreamState:
         # Called at the start of every get_next (a slow or re-entrant
         # producer).
         self.on_next = on_next
+        # Called with each schema's `Built` before get_schema moves it out
+        # (a schema that differs per call, or releases badly).
+        self.on_schema = on_schema
         self.index = 0
         self.releases = 0
         self.get_schema_calls = 0
@@ -684,6 +687,8 @@ def _get_schema(stream_address, out):
         ctypes.memset(out, 0, ctypes.sizeof(ArrowSchema))
         return 0
     built = Built(state.schema_case)
+    if state.on_schema is not None:
+        state.on_schema(built)
     state.schema_built = built
     ctypes.memmove(out, ctypes.addressof(built.schema), ctypes.sizeof(ArrowSchema))
     built.schema.release = None  # moved out

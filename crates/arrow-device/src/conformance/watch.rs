@@ -177,6 +177,11 @@ pub(crate) unsafe fn watch_one<T: Watchable>(this: *mut T, tally: &Tally, path: 
     let Some(original) = (unsafe { *slot }) else {
         return;
     };
+    // A node reached twice (a shared child, a cycle) is watched once: its
+    // callback is already ours.
+    if std::ptr::fn_addr_eq(original, watched::<T> as unsafe extern "C" fn(*mut T)) {
+        return;
+    }
     let (calls, marked) = tally.add(path);
     lock(&T::registry().0).insert(
         this as usize,

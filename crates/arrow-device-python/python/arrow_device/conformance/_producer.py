@@ -37,6 +37,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+_MISSING = object()
+
+
 def _capsule_name(obj: Any) -> str:
     """A capsule's name, or what `obj` is instead."""
     name = _native._conformance_capsule_name(obj)
@@ -161,9 +164,31 @@ def _check_method(checks: _Checks, source: Callable[[], Any], fresh: bool, name:
     def method(*args, **kwargs):
         return getattr(source(), name)(*args, **kwargs)
 
+    # The first export passes requested_schema=None; a producer whose
+    # signature lacks it (TypeError) fails that rule, and the rest is still
+    # checked on an export without arguments.
+    schema_none_error: Optional[str] = None
+    failure: Optional[BaseException] = None
+    first: Any = _MISSING
     try:
         first = method() if scope == "schema" else method(requested_schema=None)
+    except TypeError as exc:
+        failure = exc
+        if scope != "schema":
+            schema_none_error = _describe(exc)
+            try:
+                first = method()
+                failure = None
+            except Exception as retry:
+                failure = retry
     except Exception as exc:
+        failure = exc
+    if schema_none_error is not None and failure is None:
+        checks.add(f"{scope}.requested_schema_none", FAILED,
+                   f"requested_schema=None raised {schema_none_error}, though an export without it works "
+                   "(spec: requested_schema is a keyword with default None)")
+    if failure is not None:
+        exc = failure
         called = f"{name}({'' if scope == 'schema' else 'requested_schema=None'})"
         allowed = _refusal_allowed(source, scope)
         if allowed is None and consumed_by is not None and not fresh:
@@ -177,7 +202,7 @@ def _check_method(checks: _Checks, source: Callable[[], Any], fresh: bool, name:
         # Even a failed call (or the probe of the device method) may have
         # consumed a single-use stream.
         return scope.endswith("stream")
-    if scope != "schema":
+    if scope != "schema" and schema_none_error is None:
         checks.add(f"{scope}.requested_schema_none", PASSED, "requested_schema=None accepted")
     names = _capsule_names(first, expected if expected is not None else "arrow_schema")
     problem = _names_message(names, expected if expected is not None else "arrow_schema")
@@ -433,10 +458,15 @@ def check_producer(obj: Any, *, device=None, fresh: Optional[Callable[[], Any]] 
     checks = _Checks()
     schema_type = None
     if hasattr(obj, "__arrow_c_schema__"):
+        # The capsule is held until no exception is in flight: a destructor
+        # written in Python (ctypes, cffi) must not run with one pending.
+        capsule = None
         try:
-            schema_type = _native._conformance_schema_type(obj.__arrow_c_schema__())
+            capsule = obj.__arrow_c_schema__()
+            schema_type = _native._conformance_schema_type(capsule)
         except Exception:
             schema_type = None
+        del capsule
     found_any = False
     source = fresh if fresh is not None else (lambda: obj)
     consumed_by = None

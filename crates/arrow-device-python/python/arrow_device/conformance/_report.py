@@ -33,7 +33,7 @@ def _rule_of(check_id: str) -> Tuple[str, str, bool]:
 class Check:
     """One rule, as observed.
 
-    >>> Check.of("array.reserved", "passed", "zero").advisory
+    >>> Check.of("device_array.reserved", "passed", "zero").advisory
     False
     """
 
