@@ -1,7 +1,9 @@
 //! `arrow_device.DeviceArray` and `arrow_device.array()`: the PyCapsule
 //! protocol for arrays, both ways, over the library's `DeviceArray`.
 
-use arrow_device::abi::{ArrowDeviceArray, FFI_ArrowArray, FFI_ArrowSchema};
+use std::mem::ManuallyDrop;
+
+use arrow_device::abi::{ArrowDeviceArray, DeviceType, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_device::schema::{export_field, import_field};
 use arrow_device::{export_array, DeviceArray, ValidationLevel};
 use arrow_schema::Field;
@@ -18,12 +20,32 @@ use crate::errors::{guard, IntoPy};
 /// (`to`), never behind the caller's back.
 #[pyclass(name = "DeviceArray", module = "arrow_device", frozen)]
 pub struct PyDeviceArray {
-    pub inner: DeviceArray,
+    /// Dropped by `Drop` below (hence `ManuallyDrop`), never elsewhere.
+    pub inner: ManuallyDrop<DeviceArray>,
 }
 
 impl PyDeviceArray {
     pub fn new(inner: DeviceArray) -> Self {
-        PyDeviceArray { inner }
+        PyDeviceArray {
+            inner: ManuallyDrop::new(inner),
+        }
+    }
+}
+
+impl Drop for PyDeviceArray {
+    /// Off the CPU, the last reference to an array may wait for its device
+    /// (its memory is freed after the work queued on it), and that work may
+    /// release a source that needs the GIL (a NumPy array the copy was made
+    /// from, released on the emulated device's worker): so the wait runs
+    /// with the GIL released, as every other wait of this module does.
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; `inner` is never used after.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        if inner.device_type() == DeviceType::CPU {
+            drop(inner);
+        } else {
+            crate::errors::without_gil(move || drop(inner));
+        }
     }
 }
 
@@ -79,7 +101,7 @@ pub fn requested_field(requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<
 /// `__cuda_array_interface__`, then `__dlpack__`.
 pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<DeviceArray> {
     if let Ok(array) = obj.cast::<PyDeviceArray>() {
-        return Ok(array.get().inner.clone());
+        return Ok(DeviceArray::clone(&array.get().inner));
     }
     // One interned lookup per protocol method: `hasattr` then
     // `call_method0` would build and look up the name twice (measured: a
@@ -226,7 +248,7 @@ impl PyDeviceArray {
             capsule::tuple_of(
                 py,
                 capsule::wrap(py, schema, ARROW_SCHEMA)?,
-                capsule::wrap(py, device_array, ARROW_DEVICE_ARRAY)?,
+                capsule::wrap_device(py, device_array, ARROW_DEVICE_ARRAY)?,
             )
         })
     }
@@ -309,7 +331,7 @@ impl PyDeviceArray {
 impl PyDeviceArray {
     fn requested(&self, requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<DeviceArray> {
         match requested_field(requested_schema)? {
-            None => Ok(self.inner.clone()),
+            None => Ok(DeviceArray::clone(&self.inner)),
             Some(field) => self.inner.to_representation(&field).py(),
         }
     }

@@ -7,6 +7,9 @@
 //! that its destructor finds them released.
 
 use std::ffi::CStr;
+use std::mem::ManuallyDrop;
+
+use arrow_device::abi::{ArrowDeviceArray, ArrowDeviceArrayStream};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -27,6 +30,71 @@ pub fn wrap<'py, T: Send + 'static>(
     name: &'static CStr,
 ) -> PyResult<Bound<'py, PyCapsule>> {
     PyCapsule::new_with_value(py, value, name)
+}
+
+/// A struct whose release may wait on a device: a device array, a device
+/// stream.
+pub trait DeviceStruct: Send + 'static {
+    /// Whether the struct was released (or moved out by a consumer).
+    fn is_released(&self) -> bool;
+}
+
+impl DeviceStruct for ArrowDeviceArray {
+    fn is_released(&self) -> bool {
+        ArrowDeviceArray::is_released(self)
+    }
+}
+
+impl DeviceStruct for ArrowDeviceArrayStream {
+    fn is_released(&self) -> bool {
+        ArrowDeviceArrayStream::is_released(self)
+    }
+}
+
+/// A capsule's value whose destructor releases it with the GIL released:
+/// releasing a device array waits for the work queued on its memory, and
+/// that work may need the GIL (the emulated device's worker releasing a
+/// NumPy source of the copy). The same pointer as `T` (transparent), so a
+/// consumer finds the struct itself in the capsule.
+#[repr(transparent)]
+pub struct ReleasedDetached<T: DeviceStruct>(ManuallyDrop<T>);
+
+/// The capsule's value, sent to the thread-free section that drops it.
+struct InPlace<T>(*mut ManuallyDrop<T>);
+
+// SAFETY: the pointer is only dereferenced by the one closure it is moved
+// into, while the capsule's destructor (which owns the value) waits for it.
+unsafe impl<T: Send> Send for InPlace<T> {}
+
+impl<T: DeviceStruct> Drop for ReleasedDetached<T> {
+    fn drop(&mut self) {
+        if self.0.is_released() {
+            // Moved out by a consumer (the common case): nothing to wait for.
+            // SAFETY: dropped once, here.
+            unsafe { ManuallyDrop::drop(&mut self.0) };
+            return;
+        }
+        // Released where it is, not moved first: the struct's address is
+        // what its release callback is given (and what a checker watching
+        // the capsule's struct follows).
+        let value = InPlace(&raw mut self.0);
+        crate::errors::without_gil(move || {
+            let value = value;
+            // SAFETY: the capsule's value, alive until this destructor
+            // returns, dropped once, here.
+            unsafe { ManuallyDrop::drop(&mut *value.0) }
+        });
+    }
+}
+
+/// [`wrap`] for a device struct: an unconsumed capsule releases it without
+/// holding the GIL ([`ReleasedDetached`]).
+pub fn wrap_device<'py, T: DeviceStruct>(
+    py: Python<'py>,
+    value: T,
+    name: &'static CStr,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    PyCapsule::new_with_value(py, ReleasedDetached(ManuallyDrop::new(value)), name)
 }
 
 /// The struct pointer inside `obj`, which must be a capsule named `name`.

@@ -74,6 +74,29 @@ fn capsule_parts(obj: &Bound<'_, PyAny>) -> PyResult<(String, *mut c_void)> {
     }
 }
 
+/// Runs `checks` with the GIL released, each call of `produce` taking it
+/// back: a check waits on devices (events, a freed copy's queued work),
+/// and the work waited for may need the GIL (a NumPy source released on
+/// the emulated device's worker). Every release callback therefore runs
+/// without the GIL, as a consumer on another thread would call it.
+fn detached<T: Send>(
+    py: Python<'_>,
+    produce: &Bound<'_, PyAny>,
+    checks: impl FnOnce(&mut dyn FnMut() -> Result<T, String>) -> Vec<Check> + Send,
+    take: impl Fn(&Bound<'_, PyAny>) -> PyResult<T> + Send + Sync,
+) -> PyResult<Vec<Row>> {
+    let produce = produce.clone().unbind();
+    let found = py.detach(move || {
+        checks(&mut || {
+            Python::attach(|py| {
+                let result = produce.bind(py).call0().map_err(|e| describe(py, &e))?;
+                take(&result).map_err(|e| describe(py, &e))
+            })
+        })
+    });
+    Ok(rows(found))
+}
+
 /// The rules of `__arrow_c_device_array__` (`device`) or `__arrow_c_array__`
 /// on what `produce()` returns, each call a fresh `(schema, array)` pair.
 #[pyfunction]
@@ -85,19 +108,23 @@ pub fn _conformance_check_array(
     expect_device_type: Option<i32>,
 ) -> PyResult<Vec<Row>> {
     guard(|| {
-        let call = || produce.call0().map_err(|e| describe(py, &e));
-        let checks = if device {
-            rules::check_device_array(
-                rules::Scope::DeviceArray,
-                expect_device_type.map(DeviceType),
-                &mut || {
-                    let result = call()?;
+        if device {
+            detached(
+                py,
+                produce,
+                move |produce| {
+                    rules::check_device_array(
+                        rules::Scope::DeviceArray,
+                        expect_device_type.map(DeviceType),
+                        produce,
+                    )
+                },
+                |result| {
                     let (schema, array) = capsule::pair::<FFI_ArrowSchema, ArrowDeviceArray>(
-                        &result,
+                        result,
                         "__arrow_c_device_array__",
                         ARROW_DEVICE_ARRAY,
-                    )
-                    .map_err(|e| describe(py, &e))?;
+                    )?;
                     // SAFETY: live capsules of the protocol's names hold these
                     // structs; moving them out leaves them released.
                     Ok(unsafe {
@@ -109,24 +136,26 @@ pub fn _conformance_check_array(
                 },
             )
         } else {
-            rules::check_array(&mut || {
-                let result = call()?;
-                let (schema, array) = capsule::pair::<FFI_ArrowSchema, FFI_ArrowArray>(
-                    &result,
-                    "__arrow_c_array__",
-                    ARROW_ARRAY,
-                )
-                .map_err(|e| describe(py, &e))?;
-                // SAFETY: as above.
-                Ok(unsafe {
-                    (
-                        FFI_ArrowArray::from_raw(array),
-                        FFI_ArrowSchema::from_raw(schema),
-                    )
-                })
-            })
-        };
-        Ok(rows(checks))
+            detached(
+                py,
+                produce,
+                |produce| rules::check_array(produce),
+                |result| {
+                    let (schema, array) = capsule::pair::<FFI_ArrowSchema, FFI_ArrowArray>(
+                        result,
+                        "__arrow_c_array__",
+                        ARROW_ARRAY,
+                    )?;
+                    // SAFETY: as above.
+                    Ok(unsafe {
+                        (
+                            FFI_ArrowArray::from_raw(array),
+                            FFI_ArrowSchema::from_raw(schema),
+                        )
+                    })
+                },
+            )
+        }
     })
 }
 
@@ -139,26 +168,32 @@ pub fn _conformance_check_stream(
     device: bool,
 ) -> PyResult<Vec<Row>> {
     guard(|| {
-        let call = || produce.call0().map_err(|e| describe(py, &e));
-        let checks = if device {
-            rules::check_device_stream(&mut || {
-                let result = call()?;
-                let ptr =
-                    capsule::pointer::<ArrowDeviceArrayStream>(&result, ARROW_DEVICE_ARRAY_STREAM)
-                        .map_err(|e| describe(py, &e))?;
-                // SAFETY: a live capsule of that name holds a device stream.
-                Ok(unsafe { ArrowDeviceArrayStream::from_raw(ptr) })
-            })
+        if device {
+            detached(
+                py,
+                produce,
+                |produce| rules::check_device_stream(produce),
+                |result| {
+                    let ptr = capsule::pointer::<ArrowDeviceArrayStream>(
+                        result,
+                        ARROW_DEVICE_ARRAY_STREAM,
+                    )?;
+                    // SAFETY: a live capsule of that name holds a device stream.
+                    Ok(unsafe { ArrowDeviceArrayStream::from_raw(ptr) })
+                },
+            )
         } else {
-            rules::check_stream(&mut || {
-                let result = call()?;
-                let ptr = capsule::pointer::<FFI_ArrowArrayStream>(&result, ARROW_ARRAY_STREAM)
-                    .map_err(|e| describe(py, &e))?;
-                // SAFETY: as above, for a C stream.
-                Ok(unsafe { FFI_ArrowArrayStream::from_raw(ptr) })
-            })
-        };
-        Ok(rows(checks))
+            detached(
+                py,
+                produce,
+                |produce| rules::check_stream(produce),
+                |result| {
+                    let ptr = capsule::pointer::<FFI_ArrowArrayStream>(result, ARROW_ARRAY_STREAM)?;
+                    // SAFETY: as above, for a C stream.
+                    Ok(unsafe { FFI_ArrowArrayStream::from_raw(ptr) })
+                },
+            )
+        }
     })
 }
 
@@ -166,14 +201,16 @@ pub fn _conformance_check_stream(
 #[pyfunction]
 pub fn _conformance_check_schema(py: Python<'_>, produce: &Bound<'_, PyAny>) -> PyResult<Vec<Row>> {
     guard(|| {
-        let checks = rules::check_schema(&mut || {
-            let result = produce.call0().map_err(|e| describe(py, &e))?;
-            let ptr = capsule::pointer::<FFI_ArrowSchema>(&result, capsule::ARROW_SCHEMA)
-                .map_err(|e| describe(py, &e))?;
-            // SAFETY: a live capsule of that name holds a schema.
-            Ok(unsafe { FFI_ArrowSchema::from_raw(ptr) })
-        });
-        Ok(rows(checks))
+        detached(
+            py,
+            produce,
+            |produce| rules::check_schema(produce),
+            |result| {
+                let ptr = capsule::pointer::<FFI_ArrowSchema>(result, capsule::ARROW_SCHEMA)?;
+                // SAFETY: a live capsule of that name holds a schema.
+                Ok(unsafe { FFI_ArrowSchema::from_raw(ptr) })
+            },
+        )
     })
 }
 

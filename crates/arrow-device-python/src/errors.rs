@@ -44,3 +44,19 @@ impl<T> IntoPy<T> for arrow_device::Result<T> {
         self.map_err(to_py)
     }
 }
+
+/// Runs `f` with the GIL released: for a destructor whose drop may wait on
+/// a device (see `array::PyDeviceArray`'s). While the interpreter shuts
+/// down (a capsule freed at exit), `f` runs as it is, since no thread can
+/// take the GIL then anyway.
+pub fn without_gil<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let mut f = Some(f);
+    let ran = pyo3::Python::try_attach(|py| {
+        let f = f.take().expect("taken once");
+        py.detach(f)
+    });
+    match ran {
+        Some(result) => result,
+        None => (f.take().expect("not taken: try_attach did not run"))(),
+    }
+}

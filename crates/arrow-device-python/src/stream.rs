@@ -45,6 +45,25 @@ pub struct PyDeviceStream {
     raised: Raised,
 }
 
+impl Drop for PyDeviceStream {
+    /// As `DeviceArray`'s drop: batches off the CPU may wait for their
+    /// device, whose queued work may need the GIL, so they go without it.
+    fn drop(&mut self) {
+        let batches = self
+            .batches
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(batches) = batches {
+            if self.device_type == DeviceType::CPU {
+                drop(batches);
+            } else {
+                crate::errors::without_gil(move || drop(batches));
+            }
+        }
+    }
+}
+
 /// Locks a mutex whose holder only moves a value in or out.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
@@ -305,7 +324,7 @@ impl PyDeviceStream {
         check_kwargs(kwargs)?;
         guard(|| {
             let stream = self.export(requested_schema)?;
-            capsule::wrap(py, stream, ARROW_DEVICE_ARRAY_STREAM)
+            capsule::wrap_device(py, stream, ARROW_DEVICE_ARRAY_STREAM)
         })
     }
 

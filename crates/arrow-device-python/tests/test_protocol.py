@@ -687,3 +687,33 @@ def test_a_slice_is_zero_copy_and_one_past_the_end_is_an_index_error():
         a.slice(5, 0)
     with pytest.raises(OverflowError):
         a.slice(-1, 1)
+
+
+def test_dropping_device_data_whose_source_needs_the_gil_does_not_hang():
+    """A copy onto the emulated device releases its source (a NumPy array,
+    whose DLPack deleter takes the GIL) on the device's worker, and freeing
+    the copy waits for that work: every drop of device data from Python
+    (an array, a stream, an unconsumed capsule, the conformance checker's
+    imports) waits without the GIL. Run in a child with a timeout, so that a
+    deadlock fails this test instead of hanging the suite."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np, pyarrow as pa, arrow_device as ad
+from arrow_device.conformance import check_producer
+emulated = ad.emulated()
+a = ad.array(np.arange(4), device=emulated); del a
+s = ad.stream([ad.array(np.arange(4), device=emulated) for _ in range(3)]); next(iter(s)); del s
+a = ad.array(np.arange(4), device=emulated); c = a.__arrow_c_device_array__(); del a, c
+s = ad.stream([ad.array(np.arange(4), device=emulated)]); c = s.__arrow_c_device_stream__(); del s, c
+a = ad.array(pa.array(np.arange(4)), device=emulated); c = a.__arrow_c_device_array__(); del a, c
+fresh = lambda: ad.stream([ad.array(np.arange(4), device=emulated), ad.array(np.arange(5), device=emulated)])
+assert check_producer(fresh(), fresh=fresh).passed
+assert check_producer(ad.array(np.arange(4), device=emulated)).passed
+print("done")
+"""
+    env = dict(os.environ, ARROW_DEVICE_EMULATED="strict=1,delay_ms=20")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr

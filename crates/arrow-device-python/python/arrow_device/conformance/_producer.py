@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import re
+import warnings
 from typing import Any, Callable, List, Optional
 
 from .. import _arrow_device as _native
@@ -275,7 +276,11 @@ def _dlpack_checks(checks: _Checks, obj: Any) -> None:
     # Legacy export (no max_version), then a versioned one.
     problems, names, infos = [], [], []
     try:
-        legacy = export()
+        # The legacy form is what the spec gives a consumer that passes no
+        # max_version; a producer may warn that it is deprecated.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            legacy = export()
     except (BufferError, TypeError, ValueError, RuntimeError) as exc:
         # The producer refuses this data (nulls, a dtype DLPack lacks, ...).
         checks.add("dlpack.max_version", NOT_APPLICABLE, f"__dlpack__() refused this data: {_describe(exc)}")
