@@ -109,37 +109,19 @@ pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<De
     let py = obj.py();
     if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_device_array__"))? {
         let result = method.call0()?;
-        let (schema, array) = capsule::pair::<FFI_ArrowSchema, ArrowDeviceArray>(
+        let (array, schema) = capsule::take_pair::<ArrowDeviceArray>(
             &result,
             "__arrow_c_device_array__",
             ARROW_DEVICE_ARRAY,
         )?;
-        // SAFETY: live capsules with the protocol's names hold these structs;
-        // moving them out leaves them released for the capsules' destructors.
-        let (array, schema) = unsafe {
-            (
-                ArrowDeviceArray::from_raw(array),
-                FFI_ArrowSchema::from_raw(schema),
-            )
-        };
         // SAFETY: the producer promises valid structs (spec: PyCapsule
         // interface); everything they say about themselves is validated.
         return unsafe { DeviceArray::try_new(array, schema, level) }.py();
     }
     if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_array__"))? {
         let result = method.call0()?;
-        let (schema, array) = capsule::pair::<FFI_ArrowSchema, FFI_ArrowArray>(
-            &result,
-            "__arrow_c_array__",
-            ARROW_ARRAY,
-        )?;
-        // SAFETY: as above.
-        let (array, schema) = unsafe {
-            (
-                FFI_ArrowArray::from_raw(array),
-                FFI_ArrowSchema::from_raw(schema),
-            )
-        };
+        let (array, schema) =
+            capsule::take_pair::<FFI_ArrowArray>(&result, "__arrow_c_array__", ARROW_ARRAY)?;
         // SAFETY: as above.
         return unsafe { DeviceArray::try_from_ffi(array, schema, level) }.py();
     }

@@ -9,7 +9,9 @@
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;
 
-use arrow_device::abi::{ArrowDeviceArray, ArrowDeviceArrayStream};
+use arrow_device::abi::{
+    ArrowDeviceArray, ArrowDeviceArrayStream, FFI_ArrowArray, FFI_ArrowSchema,
+};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -148,6 +150,40 @@ pub fn pair<S, A>(
     let schema = pointer::<S>(&tuple.get_item(0)?, ARROW_SCHEMA)?;
     let array = pointer::<A>(&tuple.get_item(1)?, array_name)?;
     Ok((schema, array))
+}
+
+/// A struct a consumer moves out of its capsule (spec: "Moving an array").
+pub trait Movable: Sized {
+    /// # Safety
+    /// `src` points to a live struct of this type, left released.
+    unsafe fn move_from(src: *mut Self) -> Self;
+}
+
+impl Movable for ArrowDeviceArray {
+    unsafe fn move_from(src: *mut Self) -> Self {
+        // SAFETY: forwarded.
+        unsafe { ArrowDeviceArray::from_raw(src) }
+    }
+}
+
+impl Movable for FFI_ArrowArray {
+    unsafe fn move_from(src: *mut Self) -> Self {
+        // SAFETY: forwarded.
+        unsafe { FFI_ArrowArray::from_raw(src) }
+    }
+}
+
+/// The structs of the `(schema, array)` capsules a protocol method
+/// returned, moved out (the capsules' destructors then find them
+/// released): checked by [`pair`] first.
+pub fn take_pair<A: Movable>(
+    result: &Bound<'_, PyAny>,
+    method: &str,
+    array_name: &CStr,
+) -> PyResult<(A, FFI_ArrowSchema)> {
+    let (schema, array) = pair::<FFI_ArrowSchema, A>(result, method, array_name)?;
+    // SAFETY: live capsules with the protocol's names hold these structs.
+    Ok(unsafe { (A::move_from(array), FFI_ArrowSchema::from_raw(schema)) })
 }
 
 /// `(schema, array)` as the tuple the protocol methods return.

@@ -120,19 +120,11 @@ pub fn _conformance_check_array(
                     )
                 },
                 |result| {
-                    let (schema, array) = capsule::pair::<FFI_ArrowSchema, ArrowDeviceArray>(
+                    capsule::take_pair::<ArrowDeviceArray>(
                         result,
                         "__arrow_c_device_array__",
                         ARROW_DEVICE_ARRAY,
-                    )?;
-                    // SAFETY: live capsules of the protocol's names hold these
-                    // structs; moving them out leaves them released.
-                    Ok(unsafe {
-                        (
-                            ArrowDeviceArray::from_raw(array),
-                            FFI_ArrowSchema::from_raw(schema),
-                        )
-                    })
+                    )
                 },
             )
         } else {
@@ -141,18 +133,7 @@ pub fn _conformance_check_array(
                 produce,
                 |produce| rules::check_array(produce),
                 |result| {
-                    let (schema, array) = capsule::pair::<FFI_ArrowSchema, FFI_ArrowArray>(
-                        result,
-                        "__arrow_c_array__",
-                        ARROW_ARRAY,
-                    )?;
-                    // SAFETY: as above.
-                    Ok(unsafe {
-                        (
-                            FFI_ArrowArray::from_raw(array),
-                            FFI_ArrowSchema::from_raw(schema),
-                        )
-                    })
+                    capsule::take_pair::<FFI_ArrowArray>(result, "__arrow_c_array__", ARROW_ARRAY)
                 },
             )
         }
