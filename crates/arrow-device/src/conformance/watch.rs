@@ -142,7 +142,8 @@ impl<T> Registry<T> {
 
 static LOST: AtomicUsize = AtomicUsize::new(0);
 
-/// Calls of [`watched`] for a struct that was not (or no longer) watched.
+/// Calls of a watching callback for a struct that was not (or no longer)
+/// watched: each such call leaked its struct rather than crash.
 pub fn lost_calls() -> usize {
     LOST.load(Ordering::SeqCst)
 }
