@@ -117,6 +117,7 @@ pub mod device;
 pub mod dlpack;
 pub mod error;
 pub mod schema;
+pub mod share;
 pub mod stream;
 pub mod validate;
 

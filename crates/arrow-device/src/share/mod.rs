@@ -1,0 +1,5 @@
+//! Sharing arrays and streams between processes (work in progress; the
+//! design is docs/design/sharing.md).
+
+pub mod codec;
+pub mod layout;
