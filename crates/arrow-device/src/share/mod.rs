@@ -3,3 +3,5 @@
 
 pub mod codec;
 pub mod layout;
+#[cfg(target_os = "linux")]
+pub mod memfd;
