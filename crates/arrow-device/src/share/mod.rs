@@ -4,4 +4,6 @@
 pub mod codec;
 pub mod layout;
 #[cfg(target_os = "linux")]
+pub mod lease;
+#[cfg(target_os = "linux")]
 pub mod memfd;
