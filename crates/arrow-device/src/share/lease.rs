@@ -228,7 +228,7 @@ fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> Result<(),
         iov_len: bytes.len(),
     };
     // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE((fds.len() * size_of::<RawFd>()) as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
     let mut control = vec![0u8; space.max(1)];
     // SAFETY: a zeroed msghdr is valid; the fields set point to live buffers.
     let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -242,7 +242,7 @@ fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> Result<(),
             let header = libc::CMSG_FIRSTHDR(&message);
             (*header).cmsg_level = libc::SOL_SOCKET;
             (*header).cmsg_type = libc::SCM_RIGHTS;
-            (*header).cmsg_len = libc::CMSG_LEN((fds.len() * size_of::<RawFd>()) as u32) as _;
+            (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
             std::ptr::copy_nonoverlapping(
                 fds.as_ptr(),
                 libc::CMSG_DATA(header).cast::<RawFd>(),
