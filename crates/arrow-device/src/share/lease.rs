@@ -31,11 +31,17 @@ struct Lent {
     keep: Arc<dyn Any + Send + Sync>,
 }
 
+/// What keeps a lent object's memory alive.
+type Keep = Arc<dyn Any + Send + Sync>;
+
+/// A granted lease: its connection, the object's id and reference.
+type Granted = (UnixStream, u64, Keep);
+
 /// This process's lender.
 pub struct Lender {
     name: Vec<u8>,
     objects: Mutex<HashMap<u64, Lent>>,
-    leases: Mutex<Vec<(UnixStream, Arc<dyn Any + Send + Sync>)>>,
+    leases: Mutex<Vec<Granted>>,
     next_id: Mutex<u64>,
 }
 
@@ -126,9 +132,12 @@ impl Lender {
         lock(&self.objects).remove(&id);
     }
 
-    /// The number of leases held now (all objects).
-    pub fn leases(&self) -> usize {
-        lock(&self.leases).len()
+    /// The number of leases of object `id` held now.
+    pub fn leases_of(&self, id: u64) -> usize {
+        lock(&self.leases)
+            .iter()
+            .filter(|(_, of, _)| *of == id)
+            .count()
     }
 
     fn serve(&'static self, listener: UnixListener) {
@@ -139,11 +148,15 @@ impl Lender {
                 events: libc::POLLIN,
                 revents: 0,
             }];
-            polled.extend(lock(&self.leases).iter().map(|(socket, _)| libc::pollfd {
-                fd: socket.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }));
+            polled.extend(
+                lock(&self.leases)
+                    .iter()
+                    .map(|(socket, _, _)| libc::pollfd {
+                        fd: socket.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }),
+            );
             // A new lease joins the poll within this timeout.
             // SAFETY: `polled` holds that many pollfds.
             let ready =
@@ -163,7 +176,7 @@ impl Lender {
                     let mut leases = lock(&self.leases);
                     let (gone, kept) = leases
                         .drain(..)
-                        .partition(|(s, _)| ended.contains(&s.as_raw_fd()));
+                        .partition(|(s, _, _)| ended.contains(&s.as_raw_fd()));
                     *leases = kept;
                     gone
                 };
@@ -203,7 +216,7 @@ impl Lender {
         drop(objects);
         sent?;
         socket.set_read_timeout(None).map_err(|e| e.to_string())?;
-        lock(&self.leases).push((socket, keep));
+        lock(&self.leases).push((socket, id, keep));
         Ok(())
     }
 }
