@@ -114,7 +114,7 @@ unsafe extern "C" fn release_child(array: *mut raw::ArrowArray) {
     unsafe { (*array).release = None };
 }
 
-/// Reads a layout written by [`write`] for `field`'s type, over
+/// Reads a layout written by [`write()`] for `field`'s type, over
 /// `allocations` (the opener's base pointer and length of each), and
 /// imports it at `level` as an array of `device_type` / `device_id`.
 /// `owner` keeps the allocations alive (a mapping, a lease) and is
