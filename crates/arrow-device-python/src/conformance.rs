@@ -5,7 +5,7 @@
 //! report live in the library (`arrow_device::conformance`) and in the
 //! Python module.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, ListArray, StringArray, StructArray};
@@ -59,18 +59,25 @@ fn capsule_parts(obj: &Bound<'_, PyAny>) -> PyResult<(String, *mut c_void)> {
             capsule::type_name(obj)
         ))
     })?;
+    let name = name_of(capsule).ok_or_else(|| PyValueError::new_err("the capsule has no name"))?;
+    // SAFETY: a live capsule, the GIL held; the name compares by value.
+    let pointer = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
+    if pointer.is_null() {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    Ok((name.to_string_lossy().into_owned(), pointer))
+}
+
+/// A capsule's name, copied; None when it has none.
+fn name_of(capsule: &Bound<'_, PyCapsule>) -> Option<CString> {
     // SAFETY: a live capsule, the GIL held; the name is copied at once.
     unsafe {
         let name = ffi::PyCapsule_GetName(capsule.as_ptr());
         if name.is_null() {
             ffi::PyErr_Clear();
-            return Err(PyValueError::new_err("the capsule has no name"));
+            return None;
         }
-        let pointer = ffi::PyCapsule_GetPointer(capsule.as_ptr(), name);
-        if pointer.is_null() {
-            return Err(PyErr::fetch(obj.py()));
-        }
-        Ok((CStr::from_ptr(name).to_string_lossy().into_owned(), pointer))
+        Some(CStr::from_ptr(name).to_owned())
     }
 }
 
@@ -247,15 +254,7 @@ pub fn _conformance_follow(capsule: &Bound<'_, PyAny>) -> PyResult<PyWatch> {
 #[pyfunction]
 pub fn _conformance_capsule_name(obj: &Bound<'_, PyAny>) -> Option<String> {
     let capsule = obj.cast::<PyCapsule>().ok()?;
-    // SAFETY: a live capsule, the GIL held; the name is copied at once.
-    unsafe {
-        let name = ffi::PyCapsule_GetName(capsule.as_ptr());
-        if name.is_null() {
-            ffi::PyErr_Clear();
-            return Some(String::new());
-        }
-        Some(CStr::from_ptr(name).to_string_lossy().into_owned())
-    }
+    Some(name_of(capsule).map_or_else(String::new, |name| name.to_string_lossy().into_owned()))
 }
 
 /// The `device_type` of the struct in an `arrow_device_array` or

@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::watch::{Tally, Watch, MAX_NODES};
+use super::watch::{walk_tree, Tally, Watch, Watchable};
 use crate::abi::{raw, ArrowDeviceArray, ArrowDeviceArrayStream, FFI_ArrowArray, FFI_ArrowSchema};
 
 struct Shim<T> {
@@ -26,51 +26,37 @@ struct Shim<T> {
     marked: Arc<AtomicBool>,
 }
 
-/// The nodes of a followed tree, as `watch_tree` walks them.
-trait Followed: raw::Tree + Sized + 'static {
-    fn fields(
-        this: *mut Self,
-    ) -> (
-        *mut Option<unsafe extern "C" fn(*mut Self)>,
-        *mut *mut c_void,
-    );
+/// The nodes of a followed tree: their `release` is [`Watchable::slot`];
+/// this adds their `private_data`.
+trait Followed: Watchable + raw::Tree {
+    fn private_data(this: *mut Self) -> *mut *mut c_void;
 }
 
 impl Followed for raw::ArrowArray {
-    fn fields(
-        this: *mut Self,
-    ) -> (
-        *mut Option<unsafe extern "C" fn(*mut Self)>,
-        *mut *mut c_void,
-    ) {
-        // SAFETY: field addresses only.
-        unsafe { (&raw mut (*this).release, &raw mut (*this).private_data) }
+    fn private_data(this: *mut Self) -> *mut *mut c_void {
+        // SAFETY: a field address only.
+        unsafe { &raw mut (*this).private_data }
     }
 }
 
 impl Followed for raw::ArrowSchema {
-    fn fields(
-        this: *mut Self,
-    ) -> (
-        *mut Option<unsafe extern "C" fn(*mut Self)>,
-        *mut *mut c_void,
-    ) {
-        // SAFETY: field addresses only.
-        unsafe { (&raw mut (*this).release, &raw mut (*this).private_data) }
+    fn private_data(this: *mut Self) -> *mut *mut c_void {
+        // SAFETY: a field address only.
+        unsafe { &raw mut (*this).private_data }
     }
 }
 
 unsafe extern "C" fn shim_release<T: Followed>(this: *mut T) {
-    let (release, private_data) = T::fields(this);
     // SAFETY: `follow_tree` put a `Shim<T>` box in this struct's
     // private_data; the struct moved with it.
     unsafe {
+        let (release, private_data) = (T::slot(this), T::private_data(this));
         let shim = Box::from_raw((*private_data).cast::<Shim<T>>());
         *private_data = shim.private_data;
         *release = Some(shim.release);
         shim.calls.fetch_add(1, Ordering::SeqCst);
         (shim.release)(this);
-        shim.marked.store((*release).is_none(), Ordering::SeqCst);
+        shim.marked.store(T::is_marked(this), Ordering::SeqCst);
     }
 }
 
@@ -79,46 +65,26 @@ unsafe extern "C" fn shim_release<T: Followed>(this: *mut T) {
 /// # Safety
 /// `root` is a live tree exported by this crate.
 unsafe fn follow_tree<T: Followed>(root: *mut T, tally: &Tally, path: &str) -> Result<(), String> {
-    let mut pending = vec![(root, path.to_string())];
-    let mut count = 0;
-    while let Some((node, path)) = pending.pop() {
-        count += 1;
-        if count > MAX_NODES {
-            return Err(format!("the tree has more than {MAX_NODES} nodes"));
-        }
-        // SAFETY: a node of a live tree (the caller's guarantee).
-        let (n, children, dictionary) = unsafe {
-            let (n, c) = (*node).children_of();
-            (n, c, (*node).dictionary_of())
-        };
-        for i in 0..usize::try_from(n).unwrap_or(0) {
-            // SAFETY: `n` child pointers.
-            pending.push((unsafe { *children.add(i) }, format!("{path}.children[{i}]")));
-        }
-        if !dictionary.is_null() {
-            pending.push((dictionary, format!("{path}.dictionary")));
-        }
-        let (release, private_data) = T::fields(node);
-        // SAFETY: as above.
-        let Some(original) = (unsafe { *release }) else {
-            continue;
-        };
-        let (calls, marked) = tally.add(path);
-        let shim = Box::new(Shim::<T> {
-            release: original,
-            // SAFETY: as above.
-            private_data: unsafe { *private_data },
-            calls,
-            marked,
-        });
-        // SAFETY: as above; the shim restores both fields before the
-        // producer's callback runs.
-        unsafe {
+    // SAFETY: a live tree (the caller's guarantee).
+    unsafe {
+        walk_tree(root, path, |node, path| {
+            let (release, private_data) = (T::slot(node), T::private_data(node));
+            let Some(original) = *release else {
+                return;
+            };
+            let (calls, marked) = tally.add(path);
+            let shim = Box::new(Shim::<T> {
+                release: original,
+                private_data: *private_data,
+                calls,
+                marked,
+            });
+            // The shim restores both fields before the producer's callback
+            // runs.
             *private_data = Box::into_raw(shim).cast();
             *release = Some(shim_release::<T>);
-        }
+        })
     }
-    Ok(())
 }
 
 /// A followed stream's context, in its `private_data`.

@@ -196,18 +196,18 @@ pub(crate) unsafe fn watch_one<T: Watchable>(this: *mut T, tally: &Tally, path: 
     unsafe { *slot = Some(watched::<T>) };
 }
 
-/// Watches every live node of the tree at `root` (children, dictionaries,
-/// recursively), named from `path`. Returns an error when the tree has more
-/// than [`MAX_NODES`] nodes (what was found until then is watched).
+/// Visits every node of the tree at `root` (children, dictionaries,
+/// recursively; NULL pointers skipped), each with its path from `path`.
+/// Returns an error when the tree has more than [`MAX_NODES`] nodes (those
+/// found until then were visited).
 ///
 /// # Safety
-/// `root` points to a live struct tree whose `children` and `dictionary`
-/// pointers are valid as its `n_children` says, and whose structs stay in
-/// place until released.
-pub(crate) unsafe fn watch_tree<T: Watchable + raw::Tree>(
+/// `root` points to a valid struct tree whose `children` and `dictionary`
+/// pointers are valid as its `n_children` says, for as long as this runs.
+pub(crate) unsafe fn walk_tree<T: raw::Tree>(
     root: *mut T,
-    tally: &Tally,
     path: &str,
+    mut visit: impl FnMut(*mut T, String),
 ) -> Result<(), String> {
     let mut pending = vec![(root, path.to_string())];
     let mut count = 0usize;
@@ -236,10 +236,24 @@ pub(crate) unsafe fn watch_tree<T: Watchable + raw::Tree>(
                 }
             }
         }
-        // SAFETY: as above.
-        unsafe { watch_one(node, tally, path) };
+        visit(node, path);
     }
     Ok(())
+}
+
+/// Watches every live node of the tree at `root`, named from `path`
+/// ([`walk_tree`]'s bound and error).
+///
+/// # Safety
+/// As for [`walk_tree`], and the tree's structs stay in place until
+/// released.
+pub(crate) unsafe fn watch_tree<T: Watchable + raw::Tree>(
+    root: *mut T,
+    tally: &Tally,
+    path: &str,
+) -> Result<(), String> {
+    // SAFETY: forwarded; each node is a valid struct that stays in place.
+    unsafe { walk_tree(root, path, |node, path| watch_one(node, tally, path)) }
 }
 
 macro_rules! watchable {
