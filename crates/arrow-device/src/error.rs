@@ -251,6 +251,12 @@ impl fmt::Debug for Path<'_> {
     }
 }
 
+/// `call failed: <errno's message>`, for a failed system call (read right
+/// after it, before anything else can change errno).
+pub(crate) fn os_error(call: &str) -> String {
+    format!("{call} failed: {}", std::io::Error::last_os_error())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

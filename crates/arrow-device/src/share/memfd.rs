@@ -6,6 +6,8 @@
 use std::ffi::{c_void, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::error::os_error;
+
 /// A sealed, read-only memory file and this process's mapping of it.
 #[derive(Debug)]
 pub struct Sealed {
@@ -18,10 +20,6 @@ pub struct Sealed {
 unsafe impl Send for Sealed {}
 // SAFETY: as above.
 unsafe impl Sync for Sealed {}
-
-fn os_error(call: &str) -> String {
-    format!("{call}: {}", std::io::Error::last_os_error())
-}
 
 impl Sealed {
     /// A memory file of `len` bytes written by `fill`, sealed, mapped.

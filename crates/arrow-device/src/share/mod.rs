@@ -242,16 +242,12 @@ mod linux {
 
         const HANDLE_VAR: &str = "ARROW_DEVICE_TEST_SHARE_HANDLE";
 
-        fn hex(bytes: &[u8]) -> String {
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
-        }
-
         /// This test binary run again as an opener: the test named `role`
         /// with the handle in the environment.
         fn opener(role: &str, handle: &[u8]) -> std::process::Child {
             std::process::Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", role, "--nocapture", "--test-threads=1"])
-                .env(HANDLE_VAR, hex(handle))
+                .env(HANDLE_VAR, crate::share::lease::hex(handle))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()

@@ -21,6 +21,7 @@ use std::sync::{OnceLock, RwLock, RwLockReadGuard};
 use crate::abi::DeviceType;
 use crate::device::cpu::ALIGNMENT;
 use crate::device::DeviceBuffer;
+use crate::error::os_error;
 use crate::error::{Error, Result};
 
 /// What a delayed copy's destination holds until the copy has run.
@@ -100,10 +101,6 @@ fn page_size() -> usize {
             .filter(|p| p.is_power_of_two())
             .unwrap_or(4096)
     })
-}
-
-fn os_error(call: &str) -> String {
-    format!("{call} failed: {}", std::io::Error::last_os_error())
 }
 
 /// Maps `mapped_len` bytes of `fd` (or anonymous memory when `fd` is -1).
