@@ -24,6 +24,7 @@ pub mod cai;
 pub mod dlpack;
 pub mod roundtrip;
 pub mod schema;
+pub mod share_handle;
 pub mod sync_stream;
 
 // The one hand-written producer of (malformed) C trees of the test suites,
@@ -95,5 +96,10 @@ pub const TARGETS: &[Target] = &[
         name: "roundtrip",
         run: roundtrip::run,
         seeds: roundtrip::seeds,
+    },
+    Target {
+        name: "share_handle",
+        run: share_handle::run,
+        seeds: share_handle::seeds,
     },
 ];

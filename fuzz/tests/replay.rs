@@ -75,5 +75,6 @@ targets!(
     async_stream,
     dlpack,
     cai,
-    roundtrip
+    roundtrip,
+    share_handle
 );

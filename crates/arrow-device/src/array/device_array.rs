@@ -882,7 +882,7 @@ impl DeviceArray {
     }
 
     /// Full validation of values on host-accessible memory (Full level).
-    fn validate_full(&self) -> Result<()> {
+    pub(crate) fn validate_full(&self) -> Result<()> {
         if !self
             .storage
             .device

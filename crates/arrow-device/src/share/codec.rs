@@ -11,7 +11,7 @@ use std::ffi::{c_char, CString};
 use arrow_schema::Field;
 
 use crate::abi::{raw, FFI_ArrowSchema};
-use crate::schema::{export_field, import_field, metadata};
+use crate::schema::{export_field, import_field, metadata, MAX_NESTING_DEPTH};
 
 /// The most nodes (schema or array) a handle may describe.
 pub const MAX_NODES: usize = 1 << 20;
@@ -206,9 +206,12 @@ unsafe extern "C" fn release_decoded(schema: *mut raw::ArrowSchema) {
 
 impl SchemaTree {
     fn node(&mut self, reader: &mut Reader<'_>, depth: usize) -> Result<usize, String> {
-        if self.nodes.len() >= MAX_NODES || depth > 1024 {
+        // The import refuses deeper trees; reading them first would only
+        // recurse as deep as the handle says (a few bytes a level), past
+        // the stack of a small thread.
+        if self.nodes.len() >= MAX_NODES || depth > MAX_NESTING_DEPTH {
             return Err(format!(
-                "the handle's schema has more than {MAX_NODES} nodes or 1,024 levels"
+                "the handle's schema has more than {MAX_NODES} nodes or is nested deeper than {MAX_NESTING_DEPTH} levels"
             ));
         }
         let format = CString::new(reader.bytes("a schema format")?)
@@ -400,5 +403,36 @@ mod tests {
         assert!(check_metadata(&[0, 0, 0, 0, 9])
             .unwrap_err()
             .contains("after its last pair"));
+    }
+
+    /// A schema of `levels` nested structs (the last a null leaf), as
+    /// [`Writer::field`] writes one.
+    fn nested(levels: usize) -> Vec<u8> {
+        let mut writer = Writer::default();
+        for level in 0..levels {
+            let leaf = level + 1 == levels;
+            writer.bytes(if leaf { b"n" } else { b"+s" });
+            writer.u8(0);
+            writer.u8(0);
+            writer.i64(2);
+            writer.u32(u32::from(!leaf));
+            writer.u8(0);
+        }
+        writer.into_bytes()
+    }
+
+    #[test]
+    fn a_schema_nested_past_the_import_limit_is_refused_without_reading_it_all() {
+        // As deep as the import takes (the root and 64 levels below it).
+        assert!(Reader::new(&nested(MAX_NESTING_DEPTH + 1)).field().is_ok());
+        // 100,000 levels, a few bytes each, would overflow a test thread's
+        // stack if read before being refused.
+        for levels in [MAX_NESTING_DEPTH + 2, 100_000] {
+            let err = Reader::new(&nested(levels)).field().unwrap_err();
+            assert!(
+                err.contains("nested deeper than 64 levels"),
+                "{levels}: {err}"
+            );
+        }
     }
 }
