@@ -251,3 +251,103 @@ fn golden_batches_sliced_on_the_emulated_device_copy_back_equal() {
         },
     );
 }
+
+/// Set in a process run as a golden opener: the file of handles to open,
+/// one per line: `stream batch-index handle-in-hex`.
+#[cfg(target_os = "linux")]
+const HANDLES_VAR: &str = "ARROW_DEVICE_TEST_GOLDEN_HANDLES";
+
+/// The opener's side (does nothing unless run as one): opens every handle
+/// of the file and compares the batch with its own read of the golden file.
+#[cfg(target_os = "linux")]
+#[test]
+fn golden_opener_compares_every_shared_batch() {
+    let Ok(path) = std::env::var(HANDLES_VAR) else {
+        return;
+    };
+    let files = golden_files();
+    let lines = std::fs::read_to_string(path).unwrap();
+    let mut opened = 0;
+    for line in lines.lines() {
+        let mut words = line.split(' ');
+        let (name, index, text) = (
+            words.next().unwrap(),
+            words.next().unwrap().parse::<usize>().unwrap(),
+            words.next().unwrap(),
+        );
+        let handle: Vec<u8> = (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect();
+        let expected = &files.iter().find(|g| g.name == name).unwrap().batches[index];
+        let array = arrow_device::share::open_shared(&handle, ValidationLevel::Full)
+            .unwrap_or_else(|e| panic!("{name} batch {index}: {e}"));
+        assert_eq!(
+            &array.to_record_batch().unwrap(),
+            expected,
+            "{name} batch {index}"
+        );
+        opened += 1;
+    }
+    println!("OPENED {opened}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn every_golden_batch_is_shared_to_1_2_and_4_processes_on_the_cpu_and_the_emulated_device() {
+    let files = golden_files();
+    for on in ["cpu", "emulated"] {
+        let mut shared = Vec::new();
+        let mut lines = String::new();
+        for golden in &files {
+            for (i, batch) in golden.batches.iter().enumerate() {
+                let array = DeviceArray::from_record_batch(batch);
+                let array = match on {
+                    "cpu" => array,
+                    _ => array.to_device(&emulated(0)).unwrap(),
+                };
+                // Shared at once: on the emulated device the copy is still
+                // pending, and the openers must see its final values.
+                let share = arrow_device::share::share(&array)
+                    .unwrap_or_else(|e| panic!("{on}: {} batch {i}: {e}", golden.name));
+                let hex: String = share.handle().iter().map(|b| format!("{b:02x}")).collect();
+                lines.push_str(&format!("{} {i} {hex}\n", golden.name));
+                shared.push(share);
+            }
+        }
+        let path = std::env::temp_dir().join(format!(
+            "arrow-device-golden-handles-{}-{on}",
+            std::process::id()
+        ));
+        std::fs::write(&path, lines).unwrap();
+        for processes in [1, 2, 4] {
+            let openers: Vec<_> = (0..processes)
+                .map(|_| {
+                    std::process::Command::new(std::env::current_exe().unwrap())
+                        .args([
+                            "--exact",
+                            "golden_opener_compares_every_shared_batch",
+                            "--nocapture",
+                            "--test-threads=1",
+                        ])
+                        .env(HANDLES_VAR, &path)
+                        .env("ARROW_DEVICE_EMULATED", "strict=1,delay_ms=2")
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            for opener in openers {
+                let output = opener.wait_with_output().unwrap();
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                assert!(
+                    output.status.success() && stdout.contains(&format!("OPENED {}", shared.len())),
+                    "{on}, {processes} processes: {stdout}\n{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}

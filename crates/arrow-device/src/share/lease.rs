@@ -19,17 +19,35 @@ use std::time::Duration;
 
 /// What an open request starts with.
 const MAGIC: &[u8; 8] = b"ADLEASE1";
-/// The most memory files one object lends.
-pub const MAX_FDS: usize = 253;
+/// The most memory files one message passes (the kernel's `SCM_MAX_FD`
+/// is 253); an object's files go in as many messages as they need.
+const MAX_FDS: usize = 253;
+/// The most allocations (so memory files, on the devices that pass them)
+/// one shared array has.
+pub const MAX_ALLOCATIONS: usize = 4096;
+/// A grant's status bytes: granted (the last message), granted (more
+/// files follow), refused.
+const GRANTED: u8 = 0;
+const MORE: u8 = 2;
+const REFUSED: u8 = 1;
+/// Refused: an object one opener may have (a stream) was taken; the
+/// taker's pid follows (4 bytes).
+const TAKEN: u8 = 3;
 /// How long an opener may take to send its request, and the lender to answer.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
-/// What is lent: memory files, and what keeps the memory alive.
+/// What is lent: memory files, and what keeps the memory alive; or, for
+/// an object one opener takes (a stream), what serves its connection.
 struct Lent {
     token: [u8; 16],
     fds: Vec<OwnedFd>,
     keep: Arc<dyn Any + Send + Sync>,
+    take: Option<Serve>,
 }
+
+/// Serves the connection of the one opener of an object, on a thread of
+/// its own.
+pub type Serve = Box<dyn FnOnce(UnixStream) + Send>;
 
 /// What keeps a lent object's memory alive.
 type Keep = Arc<dyn Any + Send + Sync>;
@@ -41,6 +59,8 @@ type Granted = (UnixStream, u64, Keep);
 pub struct Lender {
     name: Vec<u8>,
     objects: Mutex<HashMap<u64, Lent>>,
+    /// Objects taken by their one opener: id → the opener's pid.
+    taken: Mutex<HashMap<u64, u32>>,
     leases: Mutex<Vec<Granted>>,
     next_id: Mutex<u64>,
 }
@@ -91,6 +111,7 @@ impl Lender {
         let lender: &'static Lender = Box::leak(Box::new(Lender {
             name,
             objects: Mutex::new(HashMap::new()),
+            taken: Mutex::new(HashMap::new()),
             leases: Mutex::new(Vec::new()),
             next_id: Mutex::new(1),
         }));
@@ -108,19 +129,41 @@ impl Lender {
         fds: Vec<OwnedFd>,
         keep: Arc<dyn Any + Send + Sync>,
     ) -> Result<Ticket, String> {
-        if fds.len() > MAX_FDS {
+        if fds.len() > MAX_ALLOCATIONS {
             return Err(format!(
-                "{} memory files to lend (at most {MAX_FDS})",
+                "{} memory files to lend (at most {MAX_ALLOCATIONS})",
                 fds.len()
             ));
         }
-        let token = random_bytes::<16>()?;
+        self.insert(Lent {
+            token: [0; 16],
+            fds,
+            keep,
+            take: None,
+        })
+    }
+
+    /// Lends an object that one opener takes: its connection goes to
+    /// `serve`, on a thread of its own, and later opens are refused with
+    /// the taker's pid.
+    pub fn lend_once(&self, serve: Serve) -> Result<Ticket, String> {
+        self.insert(Lent {
+            token: [0; 16],
+            fds: Vec::new(),
+            keep: Arc::new(()),
+            take: Some(serve),
+        })
+    }
+
+    fn insert(&self, mut lent: Lent) -> Result<Ticket, String> {
+        lent.token = random_bytes::<16>()?;
+        let token = lent.token;
         let id = {
             let mut next = lock(&self.next_id);
             *next += 1;
             *next
         };
-        lock(&self.objects).insert(id, Lent { token, fds, keep });
+        lock(&self.objects).insert(id, lent);
         Ok(Ticket {
             name: self.name.clone(),
             id,
@@ -130,7 +173,10 @@ impl Lender {
 
     /// No new leases of `id`; the leases granted keep it until they end.
     pub fn withdraw(&self, id: u64) {
-        lock(&self.objects).remove(&id);
+        // Dropped outside the lock: a stream's serve closure owns a reader.
+        let lent = lock(&self.objects).remove(&id);
+        lock(&self.taken).remove(&id);
+        drop(lent);
     }
 
     /// The number of leases of object `id` held now.
@@ -202,24 +248,62 @@ impl Lender {
         let mut request = [0u8; 32];
         socket.read_exact(&mut request).map_err(|e| e.to_string())?;
         let id = u64::from_le_bytes(request[24..32].try_into().expect("8 bytes"));
-        let objects = lock(&self.objects);
+        let mut objects = lock(&self.objects);
         let lent = objects
             .get(&id)
             .filter(|lent| &request[..8] == MAGIC && request[8..24] == lent.token);
         let Some(lent) = lent else {
             drop(objects);
-            let _ = socket.write_all(&[1]);
+            let taker = lock(&self.taken).get(&id).copied();
+            let answer = match taker {
+                Some(pid) => [&[TAKEN][..], &pid.to_le_bytes()].concat(),
+                None => vec![REFUSED],
+            };
+            let _ = socket.write_all(&answer);
             return Err("refused".into());
         };
+        if lent.take.is_some() {
+            let lent = objects.remove(&id).expect("found just above");
+            drop(objects);
+            let pid = peer_pid(&socket).unwrap_or(0);
+            lock(&self.taken).insert(id, pid);
+            send_fds(&socket, &[])?;
+            socket.set_read_timeout(None).map_err(|e| e.to_string())?;
+            socket.set_write_timeout(None).map_err(|e| e.to_string())?;
+            let serve = lent.take.expect("checked just above");
+            std::thread::Builder::new()
+                .name("arrow-device-stream".into())
+                .spawn(move || serve(socket))
+                .map_err(|e| format!("a stream's thread: {e}"))?;
+            return Ok(());
+        }
         let fds: Vec<RawFd> = lent.fds.iter().map(|fd| fd.as_raw_fd()).collect();
         let keep = lent.keep.clone();
-        let sent = send_with_fds(&socket, &[0], &fds);
+        let sent = send_fds(&socket, &fds);
         drop(objects);
         sent?;
         socket.set_read_timeout(None).map_err(|e| e.to_string())?;
         lock(&self.leases).push((socket, id, keep));
         Ok(())
     }
+}
+
+/// The pid of the process at the other end of `socket`.
+fn peer_pid(socket: &UnixStream) -> Option<u32> {
+    // SAFETY: a zeroed ucred is a valid out-parameter.
+    let mut credentials: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, out-parameter and length.
+    let done = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut len,
+        )
+    };
+    (done == 0).then_some(credentials.pid as u32)
 }
 
 /// Whether the lease socket `fd` was closed by its opener (EOF or error);
@@ -233,6 +317,46 @@ fn lease_ended(fd: RawFd) -> bool {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sends a grant with `fds`, in messages of at most [`MAX_FDS`].
+fn send_fds(socket: &UnixStream, fds: &[RawFd]) -> Result<(), String> {
+    let mut chunks = fds.chunks(MAX_FDS).peekable();
+    if chunks.peek().is_none() {
+        return send_with_fds(socket, &[GRANTED], &[]);
+    }
+    while let Some(chunk) = chunks.next() {
+        let status = if chunks.peek().is_some() {
+            MORE
+        } else {
+            GRANTED
+        };
+        send_with_fds(socket, &[status], chunk)?;
+    }
+    Ok(())
+}
+
+/// Receives a grant's files, however many messages they take.
+fn receive_fds(mut socket: &UnixStream) -> Result<Vec<OwnedFd>, String> {
+    let mut all = Vec::new();
+    loop {
+        let (status, fds) = receive_with_fds(socket)?;
+        all.extend(fds);
+        match status {
+            GRANTED => return Ok(all),
+            MORE if all.len() <= MAX_ALLOCATIONS => continue,
+            MORE => return Err(format!("the exporter sent more than {MAX_ALLOCATIONS} memory files")),
+            TAKEN => {
+                let mut pid = [0u8; 4];
+                let pid = socket.read_exact(&mut pid).map(|()| u32::from_le_bytes(pid));
+                return Err(format!(
+                    "the exporting process refused the handle: it shares one opener only, and process {} opened it already",
+                    pid.map_or("?".to_string(), |p| p.to_string())
+                ));
+            }
+            _ => return Err("the exporting process refused the handle: it no longer shares this object, or the handle is forged".to_string()),
+        }
+    }
 }
 
 /// Sends `bytes` with `fds` attached (`SCM_RIGHTS`).
@@ -322,7 +446,19 @@ fn receive_with_fds(socket: &UnixStream) -> Result<(u8, Vec<OwnedFd>), String> {
 /// A lease held by an opener: the connection (closing it ends the lease).
 #[derive(Debug)]
 pub struct Lease {
-    _socket: UnixStream,
+    socket: UnixStream,
+}
+
+impl Lease {
+    /// The connection, for objects served over it (a stream's batches).
+    pub fn socket(&self) -> &UnixStream {
+        &self.socket
+    }
+
+    /// The exporting process's pid (0 where the kernel cannot tell).
+    pub fn exporter_pid(&self) -> u32 {
+        peer_pid(&self.socket).unwrap_or(0)
+    }
 }
 
 /// Opens the object `ticket` names: its memory files and the lease.
@@ -341,12 +477,9 @@ pub fn borrow(ticket: &Ticket) -> Result<(Lease, Vec<OwnedFd>), String> {
     socket
         .write_all(&request)
         .map_err(|e| format!("the open request: {e}"))?;
-    let (status, fds) = receive_with_fds(&socket)?;
-    if status != 0 {
-        return Err("the exporting process refused the handle: it no longer shares this object, or the handle is forged".to_string());
-    }
+    let fds = receive_fds(&socket)?;
     socket.set_read_timeout(None).map_err(|e| e.to_string())?;
-    Ok((Lease { _socket: socket }, fds))
+    Ok((Lease { socket }, fds))
 }
 
 #[cfg(test)]

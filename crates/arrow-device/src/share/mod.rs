@@ -1,368 +1,430 @@
-//! Sharing arrays between processes (work in progress, issue 16; the
-//! design is docs/design/sharing.md). Done so far: CPU arrays, copied once
-//! into a sealed memory file that any number of openers map, each open a
-//! lease that keeps the exporter's copy until the opener lets go or ends.
+//! Sharing arrays and streams between processes on one machine, zero-copy
+//! where the device allows it, with lifetimes no crash can break (the
+//! design is docs/design/sharing.md).
+//!
+//! [`share`] gives a handle (bytes) that [`open_shared`] opens in another
+//! process as a [`DeviceArray`] over the same memory. Each open is a lease
+//! (a Unix socket connection to the exporting process) that keeps the
+//! exporter's memory alive until the opener drops the array or ends,
+//! however it ends. [`share_stream`] serves a device stream to one other
+//! process, batch by batch, with back-pressure.
+//!
+//! Linux only: memory files, `SCM_RIGHTS` and abstract sockets are Linux's.
+//!
+//! ```
+//! # #[cfg(target_os = "linux")] {
+//! use arrow_array::Int32Array;
+//! use arrow_device::share::{open_shared, share};
+//! use arrow_device::{DeviceArray, ValidationLevel};
+//!
+//! let array = DeviceArray::from_array(&Int32Array::from(vec![1, 2, 3]));
+//! let shared = share(&array).unwrap();
+//! // The handle's bytes travel to another process (a pipe, a pickle)...
+//! let handle: Vec<u8> = shared.handle().to_vec();
+//! // ... which opens the same memory, no copy.
+//! let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
+//! assert_eq!(opened.to_host().unwrap().as_ref(), &Int32Array::from(vec![1, 2, 3]));
+//! # }
+//! ```
 
+#[cfg(target_os = "linux")]
+mod backend;
 pub mod codec;
+#[cfg(target_os = "linux")]
+mod cpu;
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+mod cuda;
+#[cfg(target_os = "linux")]
+mod emulated;
+#[cfg(target_os = "linux")]
+mod handle;
 pub mod layout;
 #[cfg(target_os = "linux")]
 pub mod lease;
 #[cfg(target_os = "linux")]
 pub mod memfd;
+#[cfg(target_os = "linux")]
+mod stream;
 
 #[cfg(target_os = "linux")]
-pub use linux::{open_shared, share, SharedArray};
-
+pub use handle::{open_shared, share, SharedArray};
 #[cfg(target_os = "linux")]
-mod linux {
-    use std::collections::HashMap;
+pub use stream::{open_shared_stream, share_stream, SharedStream};
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
     use std::sync::Arc;
 
-    use super::codec::{Reader, Writer};
-    use super::layout::{self, Place};
-    use super::lease::{borrow, Lender, Ticket};
-    use super::memfd::Sealed;
-    use crate::abi::DeviceType;
-    use crate::error::{Error, Result};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+
+    use super::lease::Lender;
+    use super::*;
     use crate::{DeviceArray, ValidationLevel};
 
-    const MAGIC: &[u8; 4] = b"ADSH";
-    const VERSION: u32 = 1;
-    /// Buffers start at multiples of this in a shared memory file.
-    const ALIGN: usize = 64;
-
-    /// An array this process shares: alive, it can be opened with its
-    /// handle; dropped, no new opens (the leases granted keep the memory
-    /// until each ends).
-    #[derive(Debug)]
-    pub struct SharedArray {
-        handle: Vec<u8>,
-        id: u64,
+    fn batch() -> RecordBatch {
+        RecordBatch::try_from_iter([
+            (
+                "i",
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])) as ArrayRef,
+            ),
+            (
+                "s",
+                Arc::new(StringArray::from(vec![Some("a"), None, Some("ccc")])) as ArrayRef,
+            ),
+        ])
+        .unwrap()
     }
 
-    impl SharedArray {
-        /// The bytes another process passes to [`open_shared`].
-        pub fn handle(&self) -> &[u8] {
-            &self.handle
-        }
+    #[test]
+    fn a_cpu_array_opens_equal_and_its_lease_ends_with_it() {
+        let batch = batch();
+        let shared = share(&DeviceArray::from_record_batch(&batch)).unwrap();
+        let lender = Lender::get().unwrap();
+        let id = shared.id;
+        let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
+        let again = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
+        assert_eq!(opened.to_record_batch().unwrap(), batch);
+        assert_eq!(again.to_record_batch().unwrap(), batch);
+        drop(shared);
+        assert_eq!(
+            opened.to_record_batch().unwrap(),
+            batch,
+            "a lease outlives the share"
+        );
+        assert_eq!(lender.leases_of(id), 2);
+        drop((opened, again));
+        wait_for_leases(lender, id, 0);
     }
 
-    impl Drop for SharedArray {
-        fn drop(&mut self) {
-            if let Ok(lender) = Lender::get() {
-                lender.withdraw(self.id);
-            }
-        }
-    }
+    const HANDLE_VAR: &str = "ARROW_DEVICE_TEST_SHARE_HANDLE";
 
-    fn invalid(message: String) -> Error {
-        Error::invalid(&crate::error::Path::root(), message)
-    }
-
-    /// Shares `array` with other processes on this machine. A CPU array is
-    /// copied once into a sealed memory file; other devices are not done
-    /// yet (an error says so).
-    pub fn share(array: &DeviceArray) -> Result<SharedArray> {
-        if array.device_type() != DeviceType::CPU {
-            return Err(Error::NotSupported(format!(
-                "sharing arrays on {} between processes is not implemented yet (CPU arrays are)",
-                array.device_type()
-            )));
-        }
-        // Where each distinct buffer goes in the memory file.
-        let mut places: HashMap<(usize, usize), u64> = HashMap::new();
-        let mut pieces: Vec<(*const u8, usize, usize)> = Vec::new();
-        let mut size = 0usize;
-        let mut layout_bytes = Writer::default();
-        layout::write(&mut layout_bytes, array, &mut |ptr, len| {
-            let offset = *places.entry((ptr as usize, len)).or_insert_with(|| {
-                let at = size.next_multiple_of(ALIGN);
-                size = at + len;
-                pieces.push((ptr, len, at));
-                at as u64
-            });
-            Ok(Place {
-                allocation: 0,
-                offset,
-            })
-        })
-        .map_err(invalid)?;
-        let sealed = Sealed::create("arrow-device-share", size, |bytes| {
-            for &(ptr, len, at) in &pieces {
-                // SAFETY: a CPU buffer of `len` bytes of `array`, alive here.
-                bytes[at..at + len]
-                    .copy_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
-            }
-        })
-        .map_err(Error::NotSupported)?;
-        let lender = Lender::get().map_err(Error::NotSupported)?;
-        let fd = sealed
-            .fd()
-            .try_clone()
-            .map_err(|e| Error::NotSupported(format!("dup: {e}")))?;
-        let ticket = lender
-            .lend(vec![fd], Arc::new(sealed))
-            .map_err(Error::NotSupported)?;
-        let mut handle = Writer::default();
-        for &byte in MAGIC {
-            handle.u8(byte);
-        }
-        handle.u32(VERSION);
-        handle.bytes(&ticket.name);
-        handle.u64(ticket.id);
-        handle.bytes(&ticket.token);
-        handle.u32(array.device_type().0 as u32);
-        handle.i64(array.device_id());
-        handle.field(array.field()).map_err(invalid)?;
-        handle.u32(1);
-        handle.u64(size as u64);
-        let mut bytes = handle.into_bytes();
-        bytes.extend_from_slice(&layout_bytes.into_bytes());
-        Ok(SharedArray {
-            handle: bytes,
-            id: ticket.id,
-        })
-    }
-
-    /// Opens an array another process (or this one) shared, over the same
-    /// memory (no copy), validated at `level` like any import. The array
-    /// holds a lease on the exporter's copy until its last reference goes.
-    pub fn open_shared(handle: &[u8], level: ValidationLevel) -> Result<DeviceArray> {
-        let mut reader = Reader::new(handle);
-        let mut magic = [0u8; 4];
-        for byte in &mut magic {
-            *byte = reader.u8("the handle's magic").map_err(invalid)?;
-        }
-        if &magic != MAGIC {
-            return Err(invalid(format!(
-                "not an arrow-device share handle (starts with {magic:?}, expected {MAGIC:?})"
-            )));
-        }
-        let version = reader.u32("the handle's version").map_err(invalid)?;
-        if version != VERSION {
-            return Err(invalid(format!(
-                "a share handle of version {version} (this build reads version {VERSION})"
-            )));
-        }
-        let name = reader.bytes("the lender's name").map_err(invalid)?.to_vec();
-        let id = reader.u64("the object id").map_err(invalid)?;
-        let token: [u8; 16] = reader
-            .bytes("the token")
-            .map_err(invalid)?
-            .try_into()
-            .map_err(|_| invalid("the token is not 16 bytes".to_string()))?;
-        let device_type = DeviceType(reader.u32("the device type").map_err(invalid)? as i32);
-        let device_id = reader.i64("the device id").map_err(invalid)?;
-        if device_type != DeviceType::CPU {
-            return Err(Error::NotSupported(format!(
-                "opening arrays on {device_type} is not implemented yet"
-            )));
-        }
-        let field = reader.field().map_err(invalid)?;
-        let n_allocations = reader.u32("the allocation count").map_err(invalid)?;
-        if n_allocations != 1 {
-            return Err(invalid(format!(
-                "a CPU share has one memory file, the handle says {n_allocations}"
-            )));
-        }
-        let size = reader.u64("the memory file's size").map_err(invalid)?;
-        let size =
-            usize::try_from(size).map_err(|_| invalid(format!("a memory file of {size} bytes")))?;
-        let (lease, fds) = borrow(&Ticket { name, id, token }).map_err(Error::NotSupported)?;
-        let [fd] = <[_; 1]>::try_from(fds).map_err(|fds: Vec<_>| {
-            invalid(format!(
-                "the exporter sent {} memory files, expected 1",
-                fds.len()
-            ))
-        })?;
-        let sealed = Sealed::open(fd, size).map_err(invalid)?;
-        let allocations = [(sealed.as_ptr(), sealed.len())];
-        // SAFETY: the memory file is sealed (nobody writes it) and mapped
-        // for `size` bytes, kept alive by the owner with the lease.
-        let array = unsafe {
-            layout::open(
-                &mut reader,
-                field,
-                &allocations,
-                Box::new((sealed, lease)),
-                device_type,
-                device_id,
-                level,
-            )
-        }
-        .map_err(invalid)?;
-        if !reader.finished() {
-            return Err(invalid("the handle has bytes after its layout".to_string()));
-        }
-        Ok(array)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use std::sync::Arc;
-
-        use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-
-        use super::*;
-
-        fn batch() -> RecordBatch {
-            RecordBatch::try_from_iter([
-                (
-                    "i",
-                    Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])) as ArrayRef,
-                ),
-                (
-                    "s",
-                    Arc::new(StringArray::from(vec![Some("a"), None, Some("ccc")])) as ArrayRef,
-                ),
-            ])
+    /// This test binary run again as an opener: the test named `role`
+    /// with the handle in the environment.
+    fn opener(role: &str, handle: &[u8]) -> std::process::Child {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", role, "--nocapture", "--test-threads=1"])
+            .env(HANDLE_VAR, crate::share::lease::hex(handle))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap()
-        }
+    }
 
-        #[test]
-        fn a_cpu_array_opens_equal_and_its_lease_ends_with_it() {
-            let batch = batch();
-            let shared = share(&DeviceArray::from_record_batch(&batch)).unwrap();
-            let lender = Lender::get().unwrap();
-            let id = shared.id;
-            let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
-            let again = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
-            assert_eq!(opened.to_record_batch().unwrap(), batch);
-            assert_eq!(again.to_record_batch().unwrap(), batch);
-            drop(shared);
-            assert_eq!(
-                opened.to_record_batch().unwrap(),
-                batch,
-                "a lease outlives the share"
+    fn handle_from_env() -> Option<Vec<u8>> {
+        let text = std::env::var(HANDLE_VAR).ok()?;
+        Some(
+            (0..text.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+                .collect(),
+        )
+    }
+
+    /// The opener's side (does nothing unless run as an opener).
+    #[test]
+    fn opener_reads_the_batch() {
+        let Some(handle) = handle_from_env() else {
+            return;
+        };
+        let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
+        assert_eq!(opened.to_record_batch().unwrap(), batch());
+        println!("OPENED {}", opened.len());
+    }
+
+    /// The opener's side (does nothing unless run as an opener): opens,
+    /// says so, then waits to be killed.
+    #[test]
+    fn opener_holds_until_killed() {
+        let Some(handle) = handle_from_env() else {
+            return;
+        };
+        let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
+        println!("HOLDING {}", opened.len());
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+
+    fn wait_for_leases(lender: &Lender, id: u64, count: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while lender.leases_of(id) != count {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} leases, expected {count}",
+                lender.leases_of(id)
             );
-            assert_eq!(lender.leases_of(id), 2);
-            drop((opened, again));
-            wait_for_leases(lender, id, 0);
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
 
-        const HANDLE_VAR: &str = "ARROW_DEVICE_TEST_SHARE_HANDLE";
+    #[test]
+    fn other_processes_open_it_and_a_killed_opener_ends_its_lease() {
+        use std::io::{BufRead, BufReader};
 
-        /// This test binary run again as an opener: the test named `role`
-        /// with the handle in the environment.
-        fn opener(role: &str, handle: &[u8]) -> std::process::Child {
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", role, "--nocapture", "--test-threads=1"])
-                .env(HANDLE_VAR, crate::share::lease::hex(handle))
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        }
-
-        fn handle_from_env() -> Option<Vec<u8>> {
-            let text = std::env::var(HANDLE_VAR).ok()?;
-            Some(
-                (0..text.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-                    .collect(),
-            )
-        }
-
-        /// The opener's side (does nothing unless run as an opener).
-        #[test]
-        fn opener_reads_the_batch() {
-            let Some(handle) = handle_from_env() else {
-                return;
-            };
-            let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
-            assert_eq!(opened.to_record_batch().unwrap(), batch());
-            println!("OPENED {}", opened.len());
-        }
-
-        /// The opener's side (does nothing unless run as an opener): opens,
-        /// says so, then waits to be killed.
-        #[test]
-        fn opener_holds_until_killed() {
-            let Some(handle) = handle_from_env() else {
-                return;
-            };
-            let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
-            println!("HOLDING {}", opened.len());
-            std::thread::sleep(std::time::Duration::from_secs(60));
-        }
-
-        fn wait_for_leases(lender: &Lender, id: u64, count: usize) {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while lender.leases_of(id) != count {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{} leases, expected {count}",
-                    lender.leases_of(id)
-                );
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        }
-
-        #[test]
-        fn other_processes_open_it_and_a_killed_opener_ends_its_lease() {
-            use std::io::{BufRead, BufReader};
-
-            let shared = share(&DeviceArray::from_record_batch(&batch())).unwrap();
-            let lender = Lender::get().unwrap();
-            let readers: Vec<_> = (0..2)
-                .map(|_| {
-                    opener(
-                        "share::linux::tests::opener_reads_the_batch",
-                        shared.handle(),
-                    )
-                })
-                .collect();
-            for reader in readers {
-                let output = reader.wait_with_output().unwrap();
-                let stdout = String::from_utf8_lossy(&output.stdout);
-                assert!(
-                    output.status.success() && stdout.contains("OPENED 3"),
-                    "{stdout}\n{}",
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            wait_for_leases(lender, shared.id, 0);
-            let mut holder = opener(
-                "share::linux::tests::opener_holds_until_killed",
-                shared.handle(),
+        let shared = share(&DeviceArray::from_record_batch(&batch())).unwrap();
+        let lender = Lender::get().unwrap();
+        let readers: Vec<_> = (0..2)
+            .map(|_| opener("share::tests::opener_reads_the_batch", shared.handle()))
+            .collect();
+        for reader in readers {
+            let output = reader.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("OPENED 3"),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
             );
-            let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
-            assert!(lines.any(|line| line.unwrap().contains("HOLDING 3")));
-            assert_eq!(
-                lender.leases_of(shared.id),
-                1,
-                "the holder's lease is counted"
-            );
-            holder.kill().unwrap();
-            holder.wait().unwrap();
-            wait_for_leases(lender, shared.id, 0);
         }
+        wait_for_leases(lender, shared.id, 0);
+        let mut holder = opener("share::tests::opener_holds_until_killed", shared.handle());
+        let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+        assert!(lines.any(|line| line.unwrap().contains("HOLDING 3")));
+        assert_eq!(
+            lender.leases_of(shared.id),
+            1,
+            "the holder's lease is counted"
+        );
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        wait_for_leases(lender, shared.id, 0);
+    }
 
-        #[test]
-        fn bad_handles_are_clear_errors() {
-            let shared = share(&DeviceArray::from_record_batch(&batch())).unwrap();
-            let handle = shared.handle().to_vec();
-            let mut forged = handle.clone();
-            forged[0] = b'X';
-            assert!(open_shared(&forged, ValidationLevel::Full)
+    #[test]
+    fn bad_handles_are_clear_errors() {
+        let shared = share(&DeviceArray::from_record_batch(&batch())).unwrap();
+        let handle = shared.handle().to_vec();
+        let mut forged = handle.clone();
+        forged[0] = b'X';
+        assert!(open_shared(&forged, ValidationLevel::Full)
+            .unwrap_err()
+            .to_string()
+            .contains("not an arrow-device share handle"));
+        for end in [0, 5, 20, handle.len() - 1] {
+            let err = open_shared(&handle[..end], ValidationLevel::Full)
                 .unwrap_err()
-                .to_string()
-                .contains("not an arrow-device share handle"));
-            for end in [0, 5, 20, handle.len() - 1] {
-                let err = open_shared(&handle[..end], ValidationLevel::Full)
-                    .unwrap_err()
-                    .to_string();
-                assert!(
-                    err.contains("the handle ends") || err.contains("refused"),
-                    "{end}: {err}"
-                );
-            }
-            drop(shared);
+                .to_string();
+            assert!(
+                err.contains("the handle ends") || err.contains("refused"),
+                "{end}: {err}"
+            );
+        }
+        drop(shared);
+        let err = open_shared(&handle, ValidationLevel::Full)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("refused the handle"), "{err}");
+    }
+
+    /// An emulated device of its own for a test: strict, `delay` per copy.
+    fn emulated(id: i64, strict: bool, delay_ms: u64) -> crate::device::DeviceRef {
+        crate::device::emulated::EmulatedDevice::new(
+            id,
+            crate::device::emulated::EmulatedConfig {
+                strict,
+                delay: std::time::Duration::from_millis(delay_ms),
+            },
+        )
+    }
+
+    /// The device pointer of the values of column `i` of a struct array.
+    fn values_of(array: &DeviceArray, column: usize) -> *const u8 {
+        array.children()[column].buffers()[1].ptr
+    }
+
+    #[test]
+    fn an_emulated_array_is_shared_as_it_is_after_the_producers_work() {
+        let batch = batch();
+        let device = emulated(41, true, 50);
+        // The copy onto the device is still pending (poison) when `share`
+        // runs: the opener must see the final values all the same.
+        let array = DeviceArray::from_record_batch(&batch)
+            .to_device(&device)
+            .unwrap();
+        let shared = share(&array).unwrap();
+        let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
+        assert_eq!(opened.device_type(), crate::DeviceType::EXT_DEV);
+        assert_eq!(opened.device_id(), 41);
+        assert_eq!(opened.to_record_batch().unwrap(), batch);
+        // Same memory, another mapping: what the exporter writes after the
+        // share, the opener reads.
+        assert_ne!(values_of(&opened, 0), values_of(&array, 0));
+        let stream = device.create_stream().unwrap();
+        let seven = 7i64.to_le_bytes();
+        // SAFETY: 8 bytes of the exporter's values buffer (3 int64s), and
+        // `seven` lives until the synchronize.
+        unsafe {
+            device
+                .copy_from_host(seven.as_ptr(), values_of(&array, 0).cast_mut(), 8, &stream)
+                .unwrap();
+        }
+        device.synchronize_stream(&stream).unwrap();
+        let changed = opened.to_record_batch().unwrap();
+        let first = changed
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(first, 7);
+    }
+
+    #[test]
+    fn a_non_strict_emulated_array_is_copied_into_strict_memory_to_be_shared() {
+        let batch = batch();
+        let device = emulated(42, false, 0);
+        let array = DeviceArray::from_record_batch(&batch)
+            .to_device(&device)
+            .unwrap();
+        let shared = share(&array).unwrap();
+        let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
+        assert_eq!(opened.to_record_batch().unwrap(), batch);
+    }
+
+    #[test]
+    fn managed_memory_and_unknown_devices_are_clear_errors() {
+        for (device_type, expected) in [
+            (crate::DeviceType::CUDA_MANAGED, "copy the array to the GPU"),
+            (crate::DeviceType::METAL, "is not supported"),
+        ] {
+            let (mut array, schema) = DeviceArray::from_record_batch(&batch()).export().unwrap();
+            array.device_type = device_type;
+            array.device_id = 0;
+            // SAFETY: a CPU tree relabelled, never read: sharing refuses it
+            // before it touches a buffer.
+            let relabelled =
+                unsafe { DeviceArray::try_new(array, schema, ValidationLevel::Minimal) }.unwrap();
+            let err = share(&relabelled).unwrap_err().to_string();
+            assert!(err.contains(expected), "{device_type}: {err}");
+        }
+    }
+
+    const DEVICE_VAR: &str = "ARROW_DEVICE_TEST_SHARE_DEVICE";
+
+    /// The exporter's side (does nothing unless run as one): shares the
+    /// batch on the device the environment names, prints the handle, and
+    /// waits to be killed.
+    #[test]
+    fn exporter_shares_until_killed() {
+        let Ok(on) = std::env::var(DEVICE_VAR) else {
+            return;
+        };
+        let array = DeviceArray::from_record_batch(&batch());
+        let array = match on.as_str() {
+            "cpu" => array,
+            _ => array.to_device(&emulated(43, true, 5)).unwrap(),
+        };
+        let shared = share(&array).unwrap();
+        println!("HANDLE {}", crate::share::lease::hex(shared.handle()));
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+
+    #[test]
+    fn an_opened_array_outlives_its_exporter_killed_on_the_cpu_and_the_emulated_device() {
+        use std::io::{BufRead, BufReader};
+
+        for on in ["cpu", "emulated"] {
+            let mut exporter = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "share::tests::exporter_shares_until_killed",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(DEVICE_VAR, on)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(exporter.stdout.take().unwrap()).lines();
+            let text = lines
+                .find_map(|line| Some(line.unwrap().split_once("HANDLE ")?.1.to_string()))
+                .expect("the exporter prints its handle");
+            let handle: Vec<u8> = (0..text.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+                .collect();
+            let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
+            exporter.kill().unwrap();
+            exporter.wait().unwrap();
+            // The mapping keeps the pages: the array stays whole.
+            assert_eq!(opened.to_record_batch().unwrap(), batch(), "{on}");
             let err = open_shared(&handle, ValidationLevel::Full)
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("refused the handle"), "{err}");
+            assert!(err.contains("does not answer"), "{on}: {err}");
+            drop(opened);
         }
+    }
+
+    /// Open descriptors of this process, and its mappings of shared and
+    /// emulated device memory files (thread stacks come and go with the
+    /// device's idle workers: they are not counted).
+    fn descriptors_and_mappings() -> (usize, usize) {
+        let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let maps = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains("/memfd:arrow-device"))
+            .count();
+        (fds, maps)
+    }
+
+    /// Shares and opens on the CPU and the emulated device many times,
+    /// then checks that every descriptor and mapping is gone (does nothing
+    /// unless run alone, in a process of its own: counts are exact there).
+    #[test]
+    fn isolated_nothing_leaks() {
+        if std::env::var(DEVICE_VAR).as_deref() != Ok("count") {
+            return;
+        }
+        let device = emulated(44, true, 1);
+        let lender = Lender::get().unwrap();
+        // A first round starts the lender, the device's workers and the
+        // allocator's pools: what stays for the process's lifetime.
+        let round = || {
+            let cpu = DeviceArray::from_record_batch(&batch());
+            let on_device = cpu.to_device(&device).unwrap();
+            for array in [cpu, on_device] {
+                let shared = share(&array).unwrap();
+                let opened: Vec<_> = (0..3)
+                    .map(|_| open_shared(shared.handle(), ValidationLevel::Full).unwrap())
+                    .collect();
+                for opened in &opened {
+                    assert_eq!(opened.to_record_batch().unwrap(), batch());
+                }
+                let id = shared.id;
+                drop((shared, opened, array));
+                wait_for_leases(lender, id, 0);
+            }
+        };
+        round();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let before = descriptors_and_mappings();
+        for _ in 0..20 {
+            round();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while descriptors_and_mappings() != before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(descriptors_and_mappings(), before, "(fds, mappings)");
+        println!("NO LEAKS");
+    }
+
+    #[test]
+    fn no_descriptor_or_mapping_leaks() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "share::tests::isolated_nothing_leaks",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(DEVICE_VAR, "count")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("NO LEAKS"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }

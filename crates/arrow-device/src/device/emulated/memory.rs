@@ -7,8 +7,11 @@
 //! read-write alias that only the device's own copy routines reach, by looking
 //! the device pointer up here. Both views share the same pages, so nothing
 //! ever flips page protections and no thread can race another one's
-//! `mprotect`. Non-strict mode uses one anonymous read-write mapping, so the
-//! device pointer is its own alias and host reads go unnoticed.
+//! `mprotect`. A strict allocation keeps its memfd open (one descriptor per
+//! live allocation), so that it can be shared with another process as it
+//! is, as a CUDA allocation can through its IPC handle (`crate::share`).
+//! Non-strict mode uses one anonymous read-write mapping, so the device
+//! pointer is its own alias and host reads go unnoticed.
 //!
 //! Device pointers of all emulated devices live in one address space (the
 //! process's), which is what lets a copy between devices 0 and 1 resolve both
@@ -53,6 +56,11 @@ struct Mapping {
     /// Equal to `device` in non-strict mode (one mapping).
     alias: usize,
     mapped_len: usize,
+    /// The memory file behind a strict allocation, kept so that the
+    /// allocation can be shared with another process as it is (one
+    /// descriptor per live strict allocation).
+    #[cfg(target_os = "linux")]
+    file: Option<std::os::fd::OwnedFd>,
 }
 
 impl Drop for Mapping {
@@ -142,17 +150,28 @@ fn map_strict(device_id: i64, mapped_len: usize) -> Result<Mapping, String> {
     if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
         return Err(os_error("ftruncate"));
     }
+    map_views(fd, mapped_len)
+}
+
+/// `fd` mapped twice, `PROT_NONE` (the device pointer) and read-write (the
+/// alias), for `mapped_len` bytes; the mapping keeps `fd`.
+#[cfg(target_os = "linux")]
+fn map_views(fd: std::os::fd::OwnedFd, mapped_len: usize) -> Result<Mapping, String> {
+    use std::os::fd::AsRawFd;
+
     let device = map(fd.as_raw_fd(), mapped_len, libc::PROT_NONE)?;
     let mut mapping = Mapping {
         device,
         alias: device,
         mapped_len,
+        file: None,
     };
     mapping.alias = map(
         fd.as_raw_fd(),
         mapped_len,
         libc::PROT_READ | libc::PROT_WRITE,
     )?;
+    mapping.file = Some(fd);
     Ok(mapping)
 }
 
@@ -180,9 +199,17 @@ pub(super) fn allocate(device_id: i64, len: usize, strict: bool) -> Result<Devic
             device,
             alias: device,
             mapped_len,
+            #[cfg(target_os = "linux")]
+            file: None,
         })
     }
     .map_err(|e| fail(format!("cannot allocate {len} bytes: {e}")))?;
+    Ok(register(device_id, len, mapping))
+}
+
+/// Enters `mapping` (of at least `len` bytes) in the registry, as the
+/// allocation the returned buffer owns.
+fn register(device_id: i64, len: usize, mapping: Mapping) -> DeviceBuffer {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let device_ptr = mapping.device;
@@ -198,13 +225,73 @@ pub(super) fn allocate(device_id: i64, len: usize, strict: bool) -> Result<Devic
         .insert(device_ptr, entry);
     // SAFETY: the mapping holds at least `len` bytes and is unmapped when
     // its `Allocation` drops.
-    Ok(unsafe {
+    unsafe {
         DeviceBuffer::new(
             device_ptr as *mut u8,
             len,
             Box::new(Allocation { device_ptr, id }),
         )
-    })
+    }
+}
+
+/// The live strict allocation of emulated device `device_id` that holds
+/// device pointer `ptr`: its base pointer, its length, and a duplicate of
+/// its memory file, for another process to map.
+#[cfg(target_os = "linux")]
+pub(super) fn export_file(
+    device_id: i64,
+    ptr: usize,
+) -> Result<(usize, usize, std::os::fd::OwnedFd), String> {
+    let map = registry().read().unwrap_or_else(|e| e.into_inner());
+    let (&base, entry) = map
+        .range(..=ptr)
+        .next_back()
+        .filter(|(&b, e)| ptr - b < e.len && e.device_id == device_id)
+        .ok_or_else(|| {
+            format!("device pointer {ptr:#x} is not inside a live allocation of emulated device {device_id}")
+        })?;
+    let file = entry.mapping.file.as_ref().ok_or_else(|| {
+        format!("the allocation at {base:#x} is not strict (no memory file to share)")
+    })?;
+    let file = file
+        .try_clone()
+        .map_err(|e| format!("dup of an allocation's memory file: {e}"))?;
+    Ok((base, entry.len, file))
+}
+
+/// Maps `len` bytes of memory file `fd` (another process's allocation) as
+/// a strict allocation of emulated device `device_id`: a device pointer
+/// the host cannot dereference, reached by copies through its alias.
+#[cfg(target_os = "linux")]
+pub(super) fn import_file(
+    device_id: i64,
+    fd: std::os::fd::OwnedFd,
+    len: usize,
+) -> Result<DeviceBuffer, String> {
+    use std::os::fd::AsRawFd;
+
+    if len == 0 {
+        return Err("a shared allocation of 0 bytes".into());
+    }
+    // SAFETY: a zeroed stat is a valid out-parameter.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and out-parameter.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return Err(os_error("fstat"));
+    }
+    let mapped_len = len
+        .checked_next_multiple_of(page_size())
+        .ok_or_else(|| format!("an allocation of {len} bytes overflows"))?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG
+        || u64::try_from(stat.st_size).ok() != Some(mapped_len as u64)
+    {
+        return Err(format!(
+            "the shared memory file has {} bytes, an allocation of {len} bytes maps {mapped_len}",
+            stat.st_size
+        ));
+    }
+    let mapping = map_views(fd, mapped_len)?;
+    Ok(register(device_id, len, mapping))
 }
 
 /// Where a validated device range lies: enough to find its alias again when

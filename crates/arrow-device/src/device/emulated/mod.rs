@@ -249,6 +249,28 @@ impl Globals {
     }
 }
 
+/// The strict allocation of emulated device `device_id` that holds device
+/// pointer `ptr`, for sharing with another process: its base pointer,
+/// length, and a duplicate of its memory file.
+#[cfg(target_os = "linux")]
+pub(crate) fn export_file(
+    device_id: i64,
+    ptr: usize,
+) -> std::result::Result<(usize, usize, std::os::fd::OwnedFd), String> {
+    memory::export_file(device_id, ptr)
+}
+
+/// Another process's allocation (`len` bytes of memory file `fd`) as a
+/// strict allocation of emulated device `device_id` in this one.
+#[cfg(target_os = "linux")]
+pub(crate) fn import_file(
+    device_id: i64,
+    fd: std::os::fd::OwnedFd,
+    len: usize,
+) -> std::result::Result<DeviceBuffer, String> {
+    memory::import_file(device_id, fd, len)
+}
+
 fn globals() -> std::sync::MutexGuard<'static, Globals> {
     static GLOBALS: OnceLock<Mutex<Globals>> = OnceLock::new();
     GLOBALS
