@@ -6,7 +6,8 @@
 #   bash scripts/gpu-check.sh run [REPORT_DIR]  run the kit, write REPORT_DIR/gpu-report.md
 #
 # kit: release builds with the `cuda` feature of the library's unit tests and
-# its GPU integration tests (tests/cuda_gpu.rs, tests/cuda_interop_gpu.rs), the
+# its GPU integration tests (tests/cuda_gpu.rs, tests/cuda_interop_gpu.rs,
+# tests/cuda_share.rs), the
 # golden IPC streams (for the Python suite), the `gpu_bench` example, the
 # CLI and the Python wheel (abi3), binaries stripped of debug info, plus
 # MANIFEST (git revision, date, files). The kit must stay well under 60 MiB:
@@ -91,7 +92,7 @@ build_kit() {
 
     echo "== Rust test binaries (release, --features cuda)" >&2
     cargo test -p arrow-device --features cuda --release --no-run --lib --test cuda_gpu \
-        --test cuda_interop_gpu \
+        --test cuda_interop_gpu --test cuda_share \
         --message-format=json >"$log" || die "building the test binaries failed"
     local name kind exe
     while read -r name kind exe; do
@@ -103,6 +104,7 @@ build_kit() {
     [ -x "$kit/bin/arrow-device-lib-tests" ] || die "no lib test executable in $log"
     [ -x "$kit/bin/cuda_gpu" ] || die "no cuda_gpu test executable in $log"
     [ -x "$kit/bin/cuda_interop_gpu" ] || die "no cuda_interop_gpu test executable in $log"
+    [ -x "$kit/bin/cuda_share" ] || die "no cuda_share test executable in $log"
 
     # The golden IPC streams live beside the checkout, which travels alone
     # to a lent GPU machine: the Python suite reads this copy there.
@@ -394,6 +396,8 @@ run_suite() {
         env -C crates/arrow-device "../../$kit/bin/cuda_gpu" --test-threads=1 --show-output
     step "Rust GPU tests (tests/cuda_interop_gpu.rs)" 150 check_rust_tests \
         env -C crates/arrow-device "../../$kit/bin/cuda_interop_gpu" --test-threads=1 --show-output
+    step "Rust GPU tests (tests/cuda_share.rs)" 120 check_rust_tests \
+        env -C crates/arrow-device "../../$kit/bin/cuda_share" --test-threads=1 --show-output
     if [ -d "$kit/golden" ] && [ ! -d ../shared/golden ]; then
         export ARROW_DEVICE_GOLDEN_DIR="$root/$kit/golden"
     fi

@@ -22,11 +22,11 @@ CUDA_STANDIN_DIR=$standin cargo test --workspace --locked
 # The CUDA devices built in but without a driver: the no-driver errors.
 cargo test -p arrow-device --features cuda --locked --test cuda_absent
 # The CUDA module against the stand-in: its unit tests (kernels included),
-# the GPU suites and fault injection. A test that would skip for want of a
+# the GPU suites, fault injection and sharing between processes (IPC). A test that would skip for want of a
 # GPU fails here instead.
 LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_GPU=1 ARROW_DEVICE_REQUIRE_STANDIN=1 \
     cargo test -p arrow-device --features cuda --locked --lib \
-    --test cuda_gpu --test cuda_interop_gpu --test cuda_faults
+    --test cuda_gpu --test cuda_interop_gpu --test cuda_faults --test cuda_share
 # The committed PTX is what convert.cu compiles to, and ptxas accepts it.
 bash scripts/check-ptx.sh
 

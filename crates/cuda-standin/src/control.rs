@@ -158,6 +158,10 @@ pub struct Counters {
     pub retained_contexts: AtomicU64,
     pub pending_operations: AtomicU64,
     pub violations: AtomicU64,
+    /// Mappings of other processes' memory (`cuIpcOpenMemHandle`), and
+    /// events opened from other processes (`cuIpcOpenEventHandle`).
+    pub ipc_mappings: AtomicU64,
+    pub ipc_events: AtomicU64,
 }
 
 pub fn counters() -> &'static Counters {
@@ -191,6 +195,23 @@ pub fn snapshot() -> CuStandinCounts {
         retained_contexts: get(&c.retained_contexts),
         pending_operations: get(&c.pending_operations),
         violations: get(&c.violations),
+    }
+}
+
+/// `cuStandinIpcCounts`' struct: the interprocess objects open in this
+/// process (a struct of its own, so `CuStandinCounts` keeps its layout).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CuStandinIpcCounts {
+    pub memory_mappings: u64,
+    pub events: u64,
+}
+
+pub fn snapshot_ipc() -> CuStandinIpcCounts {
+    let c = counters();
+    CuStandinIpcCounts {
+        memory_mappings: c.ipc_mappings.load(Ordering::SeqCst),
+        events: c.ipc_events.load(Ordering::SeqCst),
     }
 }
 

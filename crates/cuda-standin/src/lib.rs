@@ -5,7 +5,8 @@
 //!
 //! Layers, bottom up: `result` (the codes), `control` (settings, faults,
 //! accounting), `driver` (devices, contexts, handles), `memory`,
-//! `stream` and `module` (the objects and their rules), and `api`, the
+//! `stream` and `module` (the objects and their rules), `ipc` (memory and
+//! events shared with other processes), and `api`, the
 //! exported `extern "C"` entry points, thin shims over those.
 #![deny(unsafe_op_in_unsafe_fn)]
 // The entry points' contracts are the CUDA driver API's documentation.
@@ -17,6 +18,7 @@
 mod api;
 mod control;
 mod driver;
+mod ipc;
 mod memory;
 mod module;
 mod result;

@@ -10,11 +10,13 @@
 //! mapping. Every mapping ends in a `PROT_NONE` guard page, so a kernel or
 //! copy that runs past the end faults instead of corrupting a neighbour.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::control;
+use crate::ipc::{self, Importers, MemoryHandle};
 use crate::result::*;
 
 /// Which allocator made an allocation.
@@ -43,8 +45,8 @@ impl Kind {
     }
 }
 
-/// One live allocation.
-#[derive(Debug)]
+/// One live allocation, or one mapping of another process's allocation
+/// (`cuIpcOpenMemHandle`).
 pub struct Allocation {
     /// The pointer handed out.
     pub start: usize,
@@ -60,13 +62,25 @@ pub struct Allocation {
     mapped: usize,
     /// Operations queued and not yet run that read or write it.
     pub pending: AtomicU64,
+    /// Device memory's memory file (which the alias maps), with one more
+    /// page after the allocation's pages: its importers' table. `None`
+    /// for host-accessible memory, and for device memory made when the
+    /// process had no descriptor left (it cannot be exported).
+    pub file: Option<OwnedFd>,
+    /// Set for a mapping opened with `cuIpcOpenMemHandle`.
+    pub imported: Option<Imported>,
 }
 
-fn page() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or(4096)
+/// What a mapping of another process's allocation keeps.
+pub struct Imported {
+    pub handle: MemoryHandle,
+    /// `cuIpcOpenMemHandle` calls of this handle in this context not yet
+    /// closed: a handle already open returns the same pointer.
+    refs: Mutex<u64>,
+    importers: Importers,
 }
+
+use crate::ipc::page;
 
 /// Maps `len` bytes plus a guard page, `PROT_NONE`, then opens the first
 /// `len` bytes read-write when `writable`.
@@ -96,6 +110,29 @@ fn map(len: usize, writable: bool) -> Result<usize> {
     Ok(ptr as usize)
 }
 
+/// As [`map`], with the first `len` bytes mapped read-write from `file`
+/// (shared): device memory's alias.
+fn map_file(len: usize, file: &OwnedFd) -> Result<usize> {
+    let ptr = map(len, false)?;
+    // SAFETY: replaces the first `len` bytes of the reservation just made
+    // with a shared mapping of a file of at least `len` bytes.
+    let mapped = unsafe {
+        libc::mmap(
+            ptr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if mapped == libc::MAP_FAILED {
+        unmap(ptr, len);
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    Ok(ptr)
+}
+
 fn unmap(ptr: usize, len: usize) {
     // SAFETY: a mapping made by `map` with this length, unmapped once. A
     // failure would leave address space mapped; nothing to report to.
@@ -116,9 +153,17 @@ pub fn allocate(len: usize, kind: Kind, context: usize, ordinal: i32) -> Result<
         .div_ceil(page())
         .checked_mul(page())
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    // The importers' page follows the allocation's pages.
+    let file = (kind == Kind::Device)
+        .then(|| ipc::memory_file("cuda-standin device memory", mapped + page()))
+        .flatten();
     let start = map(mapped, kind != Kind::Device)?;
     let alias = if kind == Kind::Device {
-        match map(mapped, true) {
+        let alias = match &file {
+            Some(file) => map_file(mapped, file),
+            None => map(mapped, true),
+        };
+        match alias {
             Ok(alias) => alias,
             Err(e) => {
                 unmap(start, mapped);
@@ -137,6 +182,8 @@ pub fn allocate(len: usize, kind: Kind, context: usize, ordinal: i32) -> Result<
         alias,
         mapped,
         pending: AtomicU64::new(0),
+        file,
+        imported: None,
     });
     registry()
         .write()
@@ -178,6 +225,13 @@ pub fn free(ptr: usize, kinds: &[Kind], entry: &str) -> Result<()> {
         }
         return Err(CUDA_ERROR_INVALID_VALUE);
     };
+    if found.imported.is_some() {
+        eprintln!(
+            "cuda-standin: {entry}({ptr:#x}): a mapping opened with cuIpcOpenMemHandle, closed \
+             with cuIpcCloseMemHandle"
+        );
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
     if !kinds.contains(&found.kind) {
         eprintln!(
             "cuda-standin: {entry}({ptr:#x}): {:?} memory, not freed by this call",
@@ -195,6 +249,24 @@ pub fn free(ptr: usize, kinds: &[Kind], entry: &str) -> Result<()> {
             ),
             true,
         );
+    }
+    if let Some(file) = &found.file {
+        let others: Vec<_> = ipc::live_importers(file, found.mapped)
+            .into_iter()
+            .filter(|(pid, _)| *pid != ipc::this_process())
+            .collect();
+        if !others.is_empty() {
+            control::violation(
+                format!(
+                    "{entry}({ptr:#x}): {} bytes of exported device memory freed while other \
+                     processes still map it (pid, mappings): {others:?} (\"Calling cuMemFree on \
+                     an exported memory region before calling cuIpcCloseMemHandle in the \
+                     importing context will result in undefined behavior\")",
+                    found.len
+                ),
+                false,
+            );
+        }
     }
     let found = registry.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     drop(registry);
@@ -270,6 +342,189 @@ pub fn translate(value: u64) -> (u64, Option<Arc<Allocation>>) {
         }
         None => (value, None),
     }
+}
+
+/// `cuIpcGetMemHandle`: the handle of the device allocation that starts
+/// at `ptr` (the base the driver documents; an interior pointer, host
+/// memory, or a mapping of another process's memory is
+/// `CUDA_ERROR_INVALID_VALUE`).
+pub fn export(ptr: usize) -> Result<MemoryHandle> {
+    let registry = registry().read().unwrap_or_else(|e| e.into_inner());
+    let Some(found) = registry.get(&ptr) else {
+        eprintln!(
+            "cuda-standin: cuIpcGetMemHandle({ptr:#x}): not the base of an allocation (the \
+             driver takes \"a pointer to the base of an existing device memory allocation\")"
+        );
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    if found.kind != Kind::Device || found.imported.is_some() {
+        eprintln!(
+            "cuda-standin: cuIpcGetMemHandle({ptr:#x}): {} memory has no IPC handle (only \
+             cuMemAlloc memory does)",
+            if found.imported.is_some() {
+                "another process's".to_string()
+            } else {
+                format!("{:?}", found.kind)
+            }
+        );
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let Some(file) = &found.file else {
+        eprintln!(
+            "cuda-standin: cuIpcGetMemHandle({ptr:#x}): the allocation has no memory file (the \
+             process had no descriptor left when it was made)"
+        );
+        return Err(CUDA_ERROR_MAP_FAILED);
+    };
+    let (dev, ino, _) = ipc::identity(file).ok_or(CUDA_ERROR_MAP_FAILED)?;
+    Ok(MemoryHandle {
+        pid: ipc::this_process(),
+        fd: file.as_raw_fd(),
+        ordinal: found.ordinal,
+        len: found.len as u64,
+        dev,
+        ino,
+    })
+}
+
+/// The mappings of other processes' memory open in this one:
+/// (device, inode, context) → the device pointer.
+type Opened = Mutex<HashMap<(u64, u64, usize), usize>>;
+
+fn opened() -> &'static Opened {
+    static OPENED: OnceLock<Opened> = OnceLock::new();
+    OPENED.get_or_init(Default::default)
+}
+
+/// `cuIpcOpenMemHandle` in `context`: maps another process's allocation
+/// (the same pointer again, counted, when this context has it open).
+pub fn import(handle: MemoryHandle, context: usize) -> Result<usize> {
+    if handle.pid == ipc::this_process() {
+        eprintln!(
+            "cuda-standin: cuIpcOpenMemHandle: the handle was exported by this process; IPC \
+             handles are opened in other processes"
+        );
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    let len = usize::try_from(handle.len)
+        .ok()
+        .filter(|len| *len > 0)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let mut opened = crate::driver::lock(opened());
+    let key = (handle.dev, handle.ino, context);
+    if let Some(&start) = opened.get(&key) {
+        let found = find(start).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let imported = found.imported.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        *crate::driver::lock(&imported.refs) += 1;
+        return Ok(start);
+    }
+    let mapped = len
+        .div_ceil(page())
+        .checked_mul(page())
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let file = ipc::open_remote(
+        handle.pid,
+        handle.fd,
+        (handle.dev, handle.ino),
+        (mapped + page()) as u64,
+        "cuIpcOpenMemHandle",
+    )?;
+    let importers = Importers(ipc::SharedPage::map(
+        file.try_clone().map_err(|_| CUDA_ERROR_MAP_FAILED)?,
+        mapped,
+    )?);
+    let start = map(mapped, false)?;
+    let alias = match map_file(mapped, &file) {
+        Ok(alias) => alias,
+        Err(e) => {
+            unmap(start, mapped);
+            return Err(e);
+        }
+    };
+    importers.add();
+    let allocation = Arc::new(Allocation {
+        start,
+        len,
+        kind: Kind::Device,
+        ordinal: handle.ordinal,
+        context,
+        alias,
+        mapped,
+        pending: AtomicU64::new(0),
+        // The mappings keep the file; no descriptor is held.
+        file: None,
+        imported: Some(Imported {
+            handle,
+            refs: Mutex::new(1),
+            importers,
+        }),
+    });
+    registry()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(start, allocation);
+    opened.insert(key, start);
+    control::counters()
+        .ipc_mappings
+        .fetch_add(1, Ordering::SeqCst);
+    Ok(start)
+}
+
+/// `cuIpcCloseMemHandle` in `context`: one close per open; the last one
+/// unmaps. A pointer `cuIpcOpenMemHandle` did not return is
+/// `CUDA_ERROR_INVALID_VALUE`; one of another context
+/// `CUDA_ERROR_INVALID_CONTEXT`; unmapping memory that queued work still
+/// uses is a fatal violation, as for `cuMemFree`.
+pub fn close(ptr: usize, context: usize) -> Result<()> {
+    let mut opened = crate::driver::lock(opened());
+    let mut registry = registry().write().unwrap_or_else(|e| e.into_inner());
+    let Some(found) = registry.get(&ptr).filter(|a| a.imported.is_some()) else {
+        eprintln!(
+            "cuda-standin: cuIpcCloseMemHandle({ptr:#x}): not a pointer cuIpcOpenMemHandle \
+             returned (or closed already)"
+        );
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    if found.context != context {
+        eprintln!(
+            "cuda-standin: cuIpcCloseMemHandle({ptr:#x}): opened in another context than the \
+             current one"
+        );
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    let Some(imported) = &found.imported else {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    {
+        let mut refs = crate::driver::lock(&imported.refs);
+        *refs -= 1;
+        if *refs > 0 {
+            return Ok(());
+        }
+    }
+    let pending = found.pending.load(Ordering::SeqCst);
+    if pending > 0 {
+        control::violation(
+            format!(
+                "cuIpcCloseMemHandle({ptr:#x}): {} bytes of another process's memory unmapped \
+                 while {pending} queued operation(s) still read or write it",
+                found.len
+            ),
+            true,
+        );
+    }
+    let found = registry.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    drop(registry);
+    if let Some(imported) = &found.imported {
+        opened.remove(&(imported.handle.dev, imported.handle.ino, context));
+        imported.importers.remove();
+    }
+    unmap(found.start, found.mapped);
+    unmap(found.alias, found.mapped);
+    control::counters()
+        .ipc_mappings
+        .fetch_sub(1, Ordering::SeqCst);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ codes! {
     CUDA_ERROR_INVALID_DEVICE = 101, "invalid device ordinal";
     CUDA_ERROR_INVALID_IMAGE = 200, "device kernel image is invalid";
     CUDA_ERROR_INVALID_CONTEXT = 201, "invalid device context";
+    CUDA_ERROR_MAP_FAILED = 205, "mapping of buffer object failed";
     CUDA_ERROR_INVALID_PTX = 218, "a PTX JIT compilation failed";
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222, "the provided PTX was compiled with an unsupported toolchain.";
     CUDA_ERROR_INVALID_HANDLE = 400, "invalid resource handle";

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::control;
 use crate::driver::{lock, Context};
+use crate::ipc::{self, event_slot, SharedPage};
 use crate::memory::Allocation;
 use crate::module::run_kernel;
 
@@ -402,35 +403,77 @@ fn run(work: &Work) {
 }
 
 /// An event: how many times it was recorded, and how many of those records
-/// have been reached by their streams.
+/// have been reached by their streams. An interprocess event keeps both
+/// numbers in a page shared with the processes that open it.
 pub struct Event {
     pub handle: usize,
     pub context: usize,
     state: Mutex<(u64, u64)>,
     /// The stream and ticket of the latest record, to force it.
     recorded_on: Mutex<Option<(Arc<Stream>, u64)>>,
+    /// `CU_EVENT_INTERPROCESS` (made here or opened from another
+    /// process): the state, in slots [`ipc::event_slot`].
+    shared: Option<SharedPage>,
+    /// Set for an event opened with `cuIpcOpenEventHandle`.
+    pub imported: bool,
 }
 
 impl Event {
     pub fn new(context: usize) -> Arc<Event> {
+        Event::with(context, None, false)
+    }
+
+    /// A `CU_EVENT_INTERPROCESS` event of this process.
+    pub fn interprocess(context: usize) -> crate::result::Result<Arc<Event>> {
+        let page = SharedPage::create("cuda-standin interprocess event")?;
+        Ok(Event::with(context, Some(page), false))
+    }
+
+    /// Another process's interprocess event, opened in `context`.
+    pub fn opened(context: usize, page: SharedPage) -> Arc<Event> {
+        Event::with(context, Some(page), true)
+    }
+
+    fn with(context: usize, shared: Option<SharedPage>, imported: bool) -> Arc<Event> {
         Arc::new(Event {
             handle: crate::driver::new_handle(),
             context,
             state: Mutex::new((0, 0)),
             recorded_on: Mutex::new(None),
+            shared,
+            imported,
         })
+    }
+
+    /// The shared state of an interprocess event.
+    pub fn shared(&self) -> Option<&SharedPage> {
+        self.shared.as_ref()
     }
 
     /// A new record: its generation, to queue as `Work::Record`.
     pub fn next_record(&self) -> u64 {
-        let mut state = lock(&self.state);
-        state.0 += 1;
-        state.0
+        match &self.shared {
+            Some(page) => {
+                page.slot(event_slot::RECORDER)
+                    .store(u64::from(ipc::this_process()), Ordering::SeqCst);
+                page.slot(event_slot::RECORDED)
+                    .fetch_add(1, Ordering::SeqCst)
+                    + 1
+            }
+            None => {
+                let mut state = lock(&self.state);
+                state.0 += 1;
+                state.0
+            }
+        }
     }
 
     /// The latest record's generation (0: never recorded).
     pub fn recorded(&self) -> u64 {
-        lock(&self.state).0
+        match &self.shared {
+            Some(page) => page.slot(event_slot::RECORDED).load(Ordering::SeqCst),
+            None => lock(&self.state).0,
+        }
     }
 
     /// Notes where the record of the latest generation was queued.
@@ -439,7 +482,8 @@ impl Event {
     }
 
     /// Makes the latest record (which completes `generation` and any
-    /// before it) run without the lazy delay.
+    /// before it) run without the lazy delay. A record queued in another
+    /// process runs when that process's stream reaches it.
     pub fn force(&self, _generation: u64) {
         let recorded = lock(&self.recorded_on).clone();
         if let Some((stream, ticket)) = recorded {
@@ -447,12 +491,48 @@ impl Event {
         }
     }
 
+    /// The latest completed generation. A record queued by a process that
+    /// has ended never runs: its event counts as complete (a wait on it
+    /// must not hang).
     pub fn completed(&self) -> u64 {
-        lock(&self.state).1
+        let Some(page) = &self.shared else {
+            return lock(&self.state).1;
+        };
+        let completed = page.slot(event_slot::COMPLETED).load(Ordering::SeqCst);
+        let recorded = page.slot(event_slot::RECORDED).load(Ordering::SeqCst);
+        let recorder = page.slot(event_slot::RECORDER).load(Ordering::SeqCst) as u32;
+        if completed < recorded && recorder != ipc::this_process() && !ipc::alive(recorder) {
+            return recorded;
+        }
+        completed
     }
 
     fn complete(&self, generation: u64) {
-        let mut state = lock(&self.state);
-        state.1 = state.1.max(generation);
+        match &self.shared {
+            Some(page) => {
+                page.slot(event_slot::COMPLETED)
+                    .fetch_max(generation, Ordering::SeqCst);
+            }
+            None => {
+                let mut state = lock(&self.state);
+                state.1 = state.1.max(generation);
+            }
+        }
+    }
+
+    /// Marks an exported interprocess event destroyed, for its openers.
+    pub fn mark_destroyed(&self) {
+        if let Some(page) = &self.shared {
+            page.slot(event_slot::DESTROYED).store(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether this is an opened event whose exporter destroyed it.
+    pub fn exporter_destroyed(&self) -> bool {
+        self.imported
+            && self
+                .shared
+                .as_ref()
+                .is_some_and(|page| page.slot(event_slot::DESTROYED).load(Ordering::SeqCst) != 0)
     }
 }

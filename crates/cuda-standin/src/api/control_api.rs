@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_uint, CStr};
 
-use crate::control::{self, CuStandinCounts};
+use crate::control::{self, CuStandinCounts, CuStandinIpcCounts};
 use crate::result::*;
 
 /// Fills `*counts` with the live objects.
@@ -14,6 +14,19 @@ use crate::result::*;
 pub unsafe extern "C" fn cuStandinCounts(counts: *mut CuStandinCounts) -> CUresult {
     // SAFETY: per this function's contract.
     match unsafe { super::out(counts, control::snapshot()) } {
+        Ok(()) => CUDA_SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// Fills `*counts` with the interprocess objects open in this process.
+///
+/// # Safety
+/// `counts` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuStandinIpcCounts(counts: *mut CuStandinIpcCounts) -> CUresult {
+    // SAFETY: per this function's contract.
+    match unsafe { super::out(counts, control::snapshot_ipc()) } {
         Ok(()) => CUDA_SUCCESS,
         Err(code) => code,
     }

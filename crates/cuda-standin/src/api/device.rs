@@ -16,6 +16,28 @@ fn primary(context: usize) -> Result<std::sync::Arc<Context>> {
     driver::context(context)
 }
 
+/// `CUuuid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uuid {
+    pub bytes: [u8; 16],
+}
+
+/// The UUID of device `ordinal`.
+pub fn uuid_of(ordinal: c_int) -> Uuid {
+    let mut bytes = *b"standin-gpu-\0\0\0\0";
+    bytes[12..].copy_from_slice(&ordinal.to_be_bytes());
+    Uuid { bytes }
+}
+
+/// # Safety
+/// `uuid` is NULL or valid for a write.
+unsafe fn device_uuid(uuid: *mut Uuid, device: c_int) -> Result<()> {
+    driver::device(device)?;
+    // SAFETY: per this function's contract.
+    unsafe { out(uuid, uuid_of(device)) }
+}
+
 entry_points! {
     fn cuInit(flags: c_uint) {
         if flags != 0 {
@@ -70,6 +92,18 @@ entry_points! {
             name.add(n).write(0);
         }
         Ok(())
+    }
+
+    /// A UUID of the stand-in's own (`standin-gpu-` and the ordinal), so
+    /// that processes agree on which device is which.
+    fn cuDeviceGetUuid(uuid: *mut Uuid, device: c_int) {
+        // SAFETY: the caller's out parameter.
+        unsafe { device_uuid(uuid, device) }
+    }
+
+    fn cuDeviceGetUuid_v2(uuid: *mut Uuid, device: c_int) {
+        // SAFETY: the caller's out parameter.
+        unsafe { device_uuid(uuid, device) }
     }
 
     fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) {

@@ -30,6 +30,7 @@ macro_rules! entry_points {
 
 mod control_api;
 mod device;
+mod ipc;
 mod memory;
 mod module;
 mod stream;
@@ -38,6 +39,7 @@ mod stream;
 pub fn is_entry_point(name: &str) -> bool {
     [
         device::ENTRIES,
+        ipc::ENTRIES,
         memory::ENTRIES,
         stream::ENTRIES,
         module::ENTRIES,
@@ -134,5 +136,7 @@ pub fn stream_any(handle: usize) -> Result<Arc<Stream>> {
     }
 }
 
+#[cfg(test)]
+mod ipc_tests;
 #[cfg(test)]
 mod tests;

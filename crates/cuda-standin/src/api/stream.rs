@@ -16,11 +16,21 @@ const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 const CU_EVENT_INTERPROCESS: c_uint = 4;
 
 fn event(handle: usize) -> Result<Arc<Event>> {
-    driver::handles()
+    let found = driver::handles()
         .events
         .get(&handle)
         .cloned()
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if found.exporter_destroyed() {
+        control::violation(
+            format!(
+                "event {handle:#x}, opened with cuIpcOpenEventHandle, used after its exporter \
+                 destroyed it (\"undefined behavior\")"
+            ),
+            false,
+        );
+    }
+    Ok(found)
 }
 
 entry_points! {
@@ -101,7 +111,11 @@ entry_points! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let context = driver::current()?;
-        let created = Event::new(context.handle);
+        let created = if flags & CU_EVENT_INTERPROCESS != 0 {
+            Event::interprocess(context.handle)?
+        } else {
+            Event::new(context.handle)
+        };
         let handle = created.handle;
         driver::handles().events.insert(handle, created);
         control::counters().events.fetch_add(1, Ordering::SeqCst);
@@ -110,11 +124,17 @@ entry_points! {
     }
 
     /// Records still queued complete; the handle is invalid from now on.
+    /// An exported interprocess event is marked destroyed for its openers.
     fn cuEventDestroy_v2(event: usize) {
-        driver::handles()
+        let found = driver::handles()
             .events
             .remove(&event)
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if found.imported {
+            control::counters().ipc_events.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            found.mark_destroyed();
+        }
         control::counters().events.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }

@@ -14,7 +14,7 @@ use crate::stream::POISON;
 
 /// Initialises the stand-in and makes device `ordinal`'s primary context
 /// current on this thread; returns it.
-fn setup(ordinal: i32) -> usize {
+pub(super) fn setup(ordinal: i32) -> usize {
     let mut context = 0usize;
     // SAFETY: plain driver calls with valid out parameters.
     unsafe {
@@ -28,14 +28,14 @@ fn setup(ordinal: i32) -> usize {
     context
 }
 
-fn device_alloc(len: usize) -> u64 {
+pub(super) fn device_alloc(len: usize) -> u64 {
     let mut ptr = 0u64;
     // SAFETY: a valid out parameter.
     assert_eq!(unsafe { cuMemAlloc_v2(&mut ptr, len) }, CUDA_SUCCESS);
     ptr
 }
 
-fn stream(flags: u32) -> usize {
+pub(super) fn stream(flags: u32) -> usize {
     let mut stream = 0usize;
     // SAFETY: a valid out parameter.
     assert_eq!(unsafe { cuStreamCreate(&mut stream, flags) }, CUDA_SUCCESS);

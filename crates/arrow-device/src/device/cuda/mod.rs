@@ -76,6 +76,7 @@
 
 mod driver;
 mod interop;
+pub(crate) mod ipc;
 mod kernels;
 mod memory;
 mod release;
@@ -293,6 +294,9 @@ impl CudaDevice {
         if len == 0 {
             return Ok(());
         }
+        ipc::check_exporter_alive(src, len)
+            .and_then(|()| ipc::check_exporter_alive(dst, len))
+            .map_err(|e| self.error(format!("{what}: {e}")))?;
         let stream = self.stream(stream, what)?;
         // SAFETY: per this function's contract.
         unsafe { stream.copy_async(what, src, dst, len) }.map_err(|e| self.error(e))
@@ -505,6 +509,9 @@ unsafe impl Device for CudaDevice {
         if len == 0 {
             return Ok(());
         }
+        ipc::check_exporter_alive(src, len)
+            .and_then(|()| ipc::check_exporter_alive(dst, len))
+            .map_err(|e| self.error(format!("copy_device_to_device: {e}")))?;
         let stream = self.stream(stream, "copy_device_to_device")?;
         // SAFETY: both ends valid per the caller.
         unsafe {
