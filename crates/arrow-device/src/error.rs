@@ -73,6 +73,11 @@ pub enum Error {
         /// What was refused.
         message: String,
     },
+    /// Sharing with another process failed: the exporting process refused
+    /// the handle or has ended, or a system call of the exchange failed
+    /// (`crate::share`).
+    #[error("sharing between processes: {0}")]
+    Share(String),
     /// A panic was caught at an `extern "C"` boundary.
     #[error("internal error (panic caught at the FFI boundary): {0}")]
     Panic(String),
@@ -98,7 +103,8 @@ impl Error {
 
     /// The errno-compatible code the C interfaces use for this error
     /// (`EINVAL` for malformed input, `ENOSYS` for unsupported requests,
-    /// `ERANGE` for an index out of range, `EIO` otherwise).
+    /// `ERANGE` for an index out of range, `EIO` otherwise: a device call,
+    /// a share between processes).
     pub fn errno(&self) -> i32 {
         match self {
             Error::Invalid { .. } => libc::EINVAL,
@@ -109,7 +115,7 @@ impl Error {
             Error::Arrow(ArrowError::IoError(..)) => libc::EIO,
             Error::Arrow(_) => libc::EINVAL,
             Error::Producer { code, .. } | Error::Consumer { code, .. } => *code,
-            Error::Device { .. } | Error::Panic(_) => libc::EIO,
+            Error::Device { .. } | Error::Share(_) | Error::Panic(_) => libc::EIO,
         }
     }
 

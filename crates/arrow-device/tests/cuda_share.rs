@@ -13,7 +13,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 
 use arrow_array::builder::{Int32Builder, ListBuilder, StringBuilder, StructBuilder};
@@ -25,8 +25,8 @@ use arrow_device::{DeviceArray, ValidationLevel};
 use arrow_schema::{DataType, Field};
 use cudarc::driver::sys;
 
-use common::assert_same;
 use common::gpu::{cuda_device, gpu, standin};
+use common::{assert_same, hex, printed_handle, role, unhex};
 
 const HANDLE_VAR: &str = "ARROW_DEVICE_TEST_CUDA_SHARE_HANDLE";
 
@@ -84,30 +84,14 @@ fn on_gpu() -> DeviceArray {
         .unwrap()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn handle_from_env() -> Option<Vec<u8>> {
-    let text = std::env::var(HANDLE_VAR).ok()?;
-    Some(
-        (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-            .collect(),
-    )
+    Some(unhex(&std::env::var(HANDLE_VAR).ok()?))
 }
 
 /// This test binary run again as an opener: the test named `role` with
 /// the handle in the environment.
-fn opener(role: &str, handle: &[u8]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", role, "--nocapture", "--test-threads=1"])
-        .env(HANDLE_VAR, hex(handle))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+fn opener(role_name: &str, handle: &[u8]) -> Child {
+    role(role_name, HANDLE_VAR, &hex(handle)).spawn().unwrap()
 }
 
 fn assert_succeeded(child: Child, says: &str) {
@@ -200,17 +184,8 @@ fn an_opener_waits_for_the_producers_queued_copy() {
         );
         return;
     }
-    let exporter = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "exporter_with_slow_work",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(EXPORTER_VAR, "1")
+    let exporter = role("exporter_with_slow_work", EXPORTER_VAR, "1")
         .env("CUDA_STANDIN_LAZY_US", "1000000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     assert_succeeded(exporter, "EXPORTED");
@@ -411,26 +386,11 @@ fn an_exporter_that_dies_makes_every_later_copy_of_its_memory_a_clear_error() {
     else {
         return;
     };
-    let mut exporter = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "exporter_holds_until_killed",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOLDER_VAR, "1")
-        .stdout(Stdio::piped())
+    let mut exporter = role("exporter_holds_until_killed", HOLDER_VAR, "1")
         .spawn()
         .unwrap();
     let pid = exporter.id();
-    let mut lines = BufReader::new(exporter.stdout.take().unwrap()).lines();
-    let text = lines
-        .find_map(|line| Some(line.unwrap().split_once("HANDLE ")?.1.to_string()))
-        .expect("the exporter prints its handle");
-    let handle: Vec<u8> = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-        .collect();
+    let handle = printed_handle(&mut exporter);
     let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
     assert_same(
         "before the exporter ends",

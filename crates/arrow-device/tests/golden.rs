@@ -275,10 +275,7 @@ fn golden_opener_compares_every_shared_batch() {
             words.next().unwrap().parse::<usize>().unwrap(),
             words.next().unwrap(),
         );
-        let handle: Vec<u8> = (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-            .collect();
+        let handle = common::unhex(text);
         let expected = &files.iter().find(|g| g.name == name).unwrap().batches[index];
         let array = arrow_device::share::open_shared(&handle, ValidationLevel::Full)
             .unwrap_or_else(|e| panic!("{name} batch {index}: {e}"));
@@ -310,8 +307,11 @@ fn every_golden_batch_is_shared_to_1_2_and_4_processes_on_the_cpu_and_the_emulat
                 // pending, and the openers must see its final values.
                 let share = arrow_device::share::share(&array)
                     .unwrap_or_else(|e| panic!("{on}: {} batch {i}: {e}", golden.name));
-                let hex: String = share.handle().iter().map(|b| format!("{b:02x}")).collect();
-                lines.push_str(&format!("{} {i} {hex}\n", golden.name));
+                lines.push_str(&format!(
+                    "{} {i} {}\n",
+                    golden.name,
+                    common::hex(share.handle())
+                ));
                 shared.push(share);
             }
         }
@@ -323,19 +323,14 @@ fn every_golden_batch_is_shared_to_1_2_and_4_processes_on_the_cpu_and_the_emulat
         for processes in [1, 2, 4] {
             let openers: Vec<_> = (0..processes)
                 .map(|_| {
-                    std::process::Command::new(std::env::current_exe().unwrap())
-                        .args([
-                            "--exact",
-                            "golden_opener_compares_every_shared_batch",
-                            "--nocapture",
-                            "--test-threads=1",
-                        ])
-                        .env(HANDLES_VAR, &path)
-                        .env("ARROW_DEVICE_EMULATED", "strict=1,delay_ms=2")
-                        .stdout(std::process::Stdio::piped())
-                        .stderr(std::process::Stdio::piped())
-                        .spawn()
-                        .unwrap()
+                    common::role(
+                        "golden_opener_compares_every_shared_batch",
+                        HANDLES_VAR,
+                        path.to_str().unwrap(),
+                    )
+                    .env("ARROW_DEVICE_EMULATED", "strict=1,delay_ms=2")
+                    .spawn()
+                    .unwrap()
                 })
                 .collect();
             for opener in openers {

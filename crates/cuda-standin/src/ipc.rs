@@ -127,32 +127,54 @@ pub struct MemoryHandle {
     pub ino: u64,
 }
 
+/// The little-endian integer of `N` bytes at `at`.
+fn le<const N: usize>(bytes: &[u8; HANDLE_SIZE], at: usize) -> [u8; N] {
+    bytes[at..at + N].try_into().unwrap_or([0; N])
+}
+
+/// Both handles: a magic, then the file they name in the exporting process
+/// (its pid and descriptor at 4..12, the file's device and inode at
+/// 24..40), then zeros from 40 on; bytes 12..24 are the handle's own.
+fn encode_file(magic: &[u8; 4], (pid, fd, dev, ino): (u32, i32, u64, u64)) -> [u8; HANDLE_SIZE] {
+    let mut bytes = [0u8; HANDLE_SIZE];
+    bytes[..4].copy_from_slice(magic);
+    bytes[4..8].copy_from_slice(&pid.to_le_bytes());
+    bytes[8..12].copy_from_slice(&fd.to_le_bytes());
+    bytes[24..32].copy_from_slice(&dev.to_le_bytes());
+    bytes[32..40].copy_from_slice(&ino.to_le_bytes());
+    bytes
+}
+
+/// The file a handle with `magic` names; `None` for other bytes.
+fn decode_file(magic: &[u8; 4], bytes: &[u8; HANDLE_SIZE]) -> Option<(u32, i32, u64, u64)> {
+    (&bytes[..4] == magic && bytes[40..].iter().all(|b| *b == 0)).then(|| {
+        (
+            u32::from_le_bytes(le(bytes, 4)),
+            i32::from_le_bytes(le(bytes, 8)),
+            u64::from_le_bytes(le(bytes, 24)),
+            u64::from_le_bytes(le(bytes, 32)),
+        )
+    })
+}
+
 impl MemoryHandle {
     pub fn encode(&self) -> [u8; HANDLE_SIZE] {
-        let mut bytes = [0u8; HANDLE_SIZE];
-        bytes[..4].copy_from_slice(MEMORY_MAGIC);
-        bytes[4..8].copy_from_slice(&self.pid.to_le_bytes());
-        bytes[8..12].copy_from_slice(&self.fd.to_le_bytes());
+        let mut bytes = encode_file(MEMORY_MAGIC, (self.pid, self.fd, self.dev, self.ino));
         bytes[12..16].copy_from_slice(&self.ordinal.to_le_bytes());
         bytes[16..24].copy_from_slice(&self.len.to_le_bytes());
-        bytes[24..32].copy_from_slice(&self.dev.to_le_bytes());
-        bytes[32..40].copy_from_slice(&self.ino.to_le_bytes());
         bytes
     }
 
     /// `None` for bytes that are not a memory handle of the stand-in.
     pub fn decode(bytes: &[u8; HANDLE_SIZE]) -> Option<Self> {
-        let u32_at =
-            |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
-        let u64_at =
-            |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-        (&bytes[..4] == MEMORY_MAGIC && bytes[40..].iter().all(|b| *b == 0)).then(|| MemoryHandle {
-            pid: u32_at(4),
-            fd: u32_at(8) as i32,
-            ordinal: u32_at(12) as i32,
-            len: u64_at(16),
-            dev: u64_at(24),
-            ino: u64_at(32),
+        let (pid, fd, dev, ino) = decode_file(MEMORY_MAGIC, bytes)?;
+        Some(MemoryHandle {
+            pid,
+            fd,
+            ordinal: i32::from_le_bytes(le(bytes, 12)),
+            len: u64::from_le_bytes(le(bytes, 16)),
+            dev,
+            ino,
         })
     }
 }
@@ -168,29 +190,16 @@ pub struct EventHandle {
 
 impl EventHandle {
     pub fn encode(&self) -> [u8; HANDLE_SIZE] {
-        let mut bytes = [0u8; HANDLE_SIZE];
-        bytes[..4].copy_from_slice(EVENT_MAGIC);
-        bytes[4..8].copy_from_slice(&self.pid.to_le_bytes());
-        bytes[8..12].copy_from_slice(&self.fd.to_le_bytes());
-        bytes[16..24].copy_from_slice(&self.dev.to_le_bytes());
-        bytes[24..32].copy_from_slice(&self.ino.to_le_bytes());
-        bytes
+        encode_file(EVENT_MAGIC, (self.pid, self.fd, self.dev, self.ino))
     }
 
+    /// `None` for bytes that are not an event handle of the stand-in.
     pub fn decode(bytes: &[u8; HANDLE_SIZE]) -> Option<Self> {
-        let u32_at =
-            |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
-        let u64_at =
-            |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-        (&bytes[..4] == EVENT_MAGIC
-            && bytes[12..16].iter().all(|b| *b == 0)
-            && bytes[32..].iter().all(|b| *b == 0))
-        .then(|| EventHandle {
-            pid: u32_at(4),
-            fd: u32_at(8) as i32,
-            dev: u64_at(16),
-            ino: u64_at(24),
-        })
+        let (pid, fd, dev, ino) = decode_file(EVENT_MAGIC, bytes)?;
+        bytes[12..24]
+            .iter()
+            .all(|b| *b == 0)
+            .then_some(EventHandle { pid, fd, dev, ino })
     }
 }
 

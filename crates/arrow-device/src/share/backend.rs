@@ -133,6 +133,9 @@ pub(super) fn open(
     fds: Vec<OwnedFd>,
     lease: &super::lease::Lease,
 ) -> Result<Opened> {
+    // Only CUDA mappings watch their lease (the others outlive the exporter).
+    #[cfg(not(feature = "cuda"))]
+    let _ = lease;
     match device_type {
         DeviceType::CPU => super::cpu::open(sizes, extra, fds),
         DeviceType::EXT_DEV => super::emulated::open(device_id, sizes, extra, fds),
@@ -229,24 +232,26 @@ mod tests {
             Ok((base, 0x1000, "a"))
         };
         let at = allocations
-            .place(0x2010 as *const u8, 16, &mut find)
+            .place(std::ptr::without_provenance::<u8>(0x2010), 16, &mut find)
             .unwrap();
         assert_eq!((at.allocation, at.offset), (0, 0x10));
         let at = allocations
-            .place(0x2ff0 as *const u8, 16, &mut find)
+            .place(std::ptr::without_provenance::<u8>(0x2ff0), 16, &mut find)
             .unwrap();
         assert_eq!((at.allocation, at.offset), (0, 0xff0));
         let at = allocations
-            .place(0x5000 as *const u8, 1, &mut find)
+            .place(std::ptr::without_provenance::<u8>(0x5000), 1, &mut find)
             .unwrap();
         assert_eq!((at.allocation, at.offset), (1, 0));
         let err = allocations
-            .place(0x2ff0 as *const u8, 17, &mut find)
+            .place(std::ptr::without_provenance::<u8>(0x2ff0), 17, &mut find)
             .unwrap_err();
         assert!(err.contains("runs past the end"), "{err}");
         assert_eq!(finds, 2);
         let err = allocations
-            .place(0x9000 as *const u8, 1, |_| Ok((0x1000, 16, "b")))
+            .place(std::ptr::without_provenance::<u8>(0x9000), 1, |_| {
+                Ok((0x1000, 16, "b"))
+            })
             .unwrap_err();
         assert!(err.contains("does not hold it"), "{err}");
     }

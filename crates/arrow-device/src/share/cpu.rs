@@ -47,20 +47,19 @@ impl backend::Exporter for Exporter {
     }
 
     fn finish(self: Box<Self>) -> Result<Exported> {
-        let pieces = &self.pieces;
-        let sealed = Sealed::create("arrow-device-share", self.size, |bytes| {
-            for &(ptr, len, at) in pieces {
-                // SAFETY: a host buffer of `len` bytes of the array being
-                // shared, which the caller of `share` keeps alive.
-                bytes[at..at + len]
-                    .copy_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
-            }
-        })
-        .map_err(Error::NotSupported)?;
+        let pieces: Vec<(usize, &[u8])> = self
+            .pieces
+            .iter()
+            // SAFETY: a host buffer of `len` bytes of the array being
+            // shared, which the caller of `share` keeps alive.
+            .map(|&(ptr, len, at)| (at, unsafe { std::slice::from_raw_parts(ptr, len) }))
+            .collect();
+        let sealed =
+            Sealed::create("arrow-device-share", self.size, &pieces).map_err(Error::Share)?;
         let fd = sealed
             .fd()
             .try_clone()
-            .map_err(|e| Error::NotSupported(format!("dup of the shared memory file: {e}")))?;
+            .map_err(|e| Error::Share(format!("dup of the shared memory file: {e}")))?;
         Ok(Exported {
             sizes: vec![self.size as u64],
             fds: vec![fd],

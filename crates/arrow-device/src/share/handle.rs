@@ -135,10 +135,10 @@ pub fn share(array: &DeviceArray) -> Result<SharedArray> {
     })
     .map_err(invalid)?;
     let exported = exporter.finish()?;
-    let lender = Lender::get().map_err(Error::NotSupported)?;
+    let lender = Lender::get().map_err(Error::Share)?;
     let ticket = lender
         .lend(exported.fds, exported.keep)
-        .map_err(Error::NotSupported)?;
+        .map_err(Error::Share)?;
     // The shared array withdraws the ticket on every path from here on.
     let mut shared = SharedArray {
         handle: Vec::new(),
@@ -182,7 +182,7 @@ pub fn open_shared(handle: &[u8], level: ValidationLevel) -> Result<DeviceArray>
         })
         .collect::<Result<Vec<_>>>()?;
     let extra = reader.bytes("the device's part").map_err(invalid)?;
-    let (lease, fds) = borrow(&ticket).map_err(Error::NotSupported)?;
+    let (lease, fds) = borrow(&ticket).map_err(Error::Share)?;
     let Opened {
         allocations,
         owner,
@@ -210,4 +210,16 @@ pub fn open_shared(handle: &[u8], level: ValidationLevel) -> Result<DeviceArray>
         return Err(invalid("the handle has bytes after its layout".to_string()));
     }
     Ok(array)
+}
+
+impl DeviceArray {
+    /// Shares this array with other processes on this machine: [`share`].
+    pub fn share(&self) -> Result<SharedArray> {
+        share(self)
+    }
+
+    /// Opens an array another process shared: [`open_shared`].
+    pub fn open_shared(handle: &[u8], level: ValidationLevel) -> Result<DeviceArray> {
+        open_shared(handle, level)
+    }
 }

@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What an open request starts with.
@@ -58,6 +58,9 @@ type Granted = (UnixStream, u64, Keep);
 /// This process's lender.
 pub struct Lender {
     name: Vec<u8>,
+    /// The listening socket (owned by the lender's thread), closed by a
+    /// forked child that inherited it.
+    listener: RawFd,
     objects: Mutex<HashMap<u64, Lent>>,
     /// Objects taken by their one opener: id → the opener's pid.
     taken: Mutex<HashMap<u64, u32>>,
@@ -93,9 +96,52 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 
 impl Lender {
     /// This process's lender, started on first use.
+    ///
+    /// A child forked after its parent shared inherits the parent's lender
+    /// but not its thread: the child starts a lender of its own, and closes
+    /// what it inherited (the parent's listening socket, its leases' and
+    /// its lent objects' descriptors), so that only the parent answers for
+    /// the parent's shares and a lease ends when the parent ends.
     pub fn get() -> Result<&'static Lender, String> {
-        static LENDER: OnceLock<Result<&'static Lender, String>> = OnceLock::new();
-        LENDER.get_or_init(Lender::start).clone()
+        type Slot = Option<(u32, Result<&'static Lender, String>)>;
+        static LENDER: Mutex<Slot> = Mutex::new(None);
+        let pid = std::process::id();
+        let mut slot = lock(&LENDER);
+        match &*slot {
+            Some((owner, lender)) if *owner == pid => return lender.clone(),
+            Some((_, Ok(inherited))) => inherited.forsake(),
+            _ => {}
+        }
+        let lender = Lender::start();
+        *slot = Some((pid, lender.clone()));
+        lender
+    }
+
+    /// In a forked child: closes the descriptors inherited from the
+    /// parent's lender. What they kept alive is the parent's to free, so it
+    /// is leaked here, never dropped (a drop could run device calls that a
+    /// forked child may not make).
+    fn forsake(&self) {
+        // SAFETY: the listener's descriptor, inherited, closed once (this
+        // lender is never used again in this process).
+        unsafe { libc::close(self.listener) };
+        // A lock held by a parent's thread at the fork stays held: those
+        // descriptors are left open rather than risk waiting forever.
+        if let Ok(mut leases) = self.leases.try_lock() {
+            for (socket, _, keep) in leases.drain(..) {
+                drop(socket);
+                std::mem::forget(keep);
+            }
+        }
+        if let Ok(mut objects) = self.objects.try_lock() {
+            for (_, lent) in objects.drain() {
+                let Lent {
+                    fds, keep, take, ..
+                } = lent;
+                drop(fds);
+                std::mem::forget((keep, take));
+            }
+        }
     }
 
     fn start() -> Result<&'static Lender, String> {
@@ -110,6 +156,7 @@ impl Lender {
         let listener = UnixListener::bind_addr(&addr).map_err(|e| format!("bind: {e}"))?;
         let lender: &'static Lender = Box::leak(Box::new(Lender {
             name,
+            listener: listener.as_raw_fd(),
             objects: Mutex::new(HashMap::new()),
             taken: Mutex::new(HashMap::new()),
             leases: Mutex::new(Vec::new()),
@@ -418,7 +465,11 @@ fn receive_with_fds(socket: &UnixStream) -> Result<(u8, Vec<OwnedFd>), String> {
         return Err(if n == 0 {
             "the exporting process closed the connection (it no longer shares this object, or ended)".to_string()
         } else {
-            format!("recvmsg: {}", std::io::Error::last_os_error())
+            format!(
+                "the exporting process broke the connection before answering (it ended, or \
+                 refused the request): recvmsg: {}",
+                std::io::Error::last_os_error()
+            )
         });
     }
     let mut fds = Vec::new();
@@ -507,7 +558,7 @@ mod tests {
     #[test]
     fn a_lease_passes_the_files_and_keeps_the_object_until_it_ends() {
         let lender = Lender::get().unwrap();
-        let sealed = Sealed::create("lease-test", 8, |b| b.copy_from_slice(b"abcdefgh")).unwrap();
+        let sealed = Sealed::create("lease-test", 8, &[(0, b"abcdefgh")]).unwrap();
         let dropped = Arc::new(AtomicBool::new(false));
         let keep: Arc<dyn Any + Send + Sync> = Arc::new(Flag(dropped.clone()));
         let ticket = lender

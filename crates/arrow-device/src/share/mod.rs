@@ -78,11 +78,12 @@ mod tests {
     #[test]
     fn a_cpu_array_opens_equal_and_its_lease_ends_with_it() {
         let batch = batch();
-        let shared = share(&DeviceArray::from_record_batch(&batch)).unwrap();
+        // The methods are the functions.
+        let shared = DeviceArray::from_record_batch(&batch).share().unwrap();
         let lender = Lender::get().unwrap();
         let id = shared.id;
         let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
-        let again = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
+        let again = DeviceArray::open_shared(shared.handle(), ValidationLevel::Full).unwrap();
         assert_eq!(opened.to_record_batch().unwrap(), batch);
         assert_eq!(again.to_record_batch().unwrap(), batch);
         drop(shared);
@@ -91,33 +92,54 @@ mod tests {
             batch,
             "a lease outlives the share"
         );
-        assert_eq!(lender.leases_of(id), 2);
+        wait_for_leases(lender, id, 2);
         drop((opened, again));
         wait_for_leases(lender, id, 0);
     }
 
     const HANDLE_VAR: &str = "ARROW_DEVICE_TEST_SHARE_HANDLE";
 
+    /// This test binary run again as the test named `role` alone, with
+    /// `var` set to `value` (the test does nothing without it).
+    pub(super) fn role(role: &str, var: &str, value: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", role, "--nocapture", "--test-threads=1"])
+            .env(var, value)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    }
+
     /// This test binary run again as an opener: the test named `role`
     /// with the handle in the environment.
-    fn opener(role: &str, handle: &[u8]) -> std::process::Child {
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", role, "--nocapture", "--test-threads=1"])
-            .env(HANDLE_VAR, crate::share::lease::hex(handle))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
+    fn opener(role_name: &str, handle: &[u8]) -> std::process::Child {
+        role(role_name, HANDLE_VAR, &crate::share::lease::hex(handle))
             .spawn()
             .unwrap()
     }
 
+    /// `text` read as hexadecimal bytes.
+    pub(super) fn unhex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The handle a child printed (`HANDLE <hex>`), read off its stdout.
+    pub(super) fn printed_handle(child: &mut std::process::Child) -> Vec<u8> {
+        use std::io::{BufRead, BufReader};
+
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let text = lines
+            .find_map(|line| Some(line.unwrap().split_once("HANDLE ")?.1.to_string()))
+            .expect("the child prints its handle");
+        unhex(&text)
+    }
+
     fn handle_from_env() -> Option<Vec<u8>> {
-        let text = std::env::var(HANDLE_VAR).ok()?;
-        Some(
-            (0..text.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-                .collect(),
-        )
+        Some(unhex(&std::env::var(HANDLE_VAR).ok()?))
     }
 
     /// The opener's side (does nothing unless run as an opener).
@@ -177,11 +199,9 @@ mod tests {
         let mut holder = opener("share::tests::opener_holds_until_killed", shared.handle());
         let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
         assert!(lines.any(|line| line.unwrap().contains("HOLDING 3")));
-        assert_eq!(
-            lender.leases_of(shared.id),
-            1,
-            "the holder's lease is counted"
-        );
+        // The lender counts a lease once it has sent the grant, which the
+        // holder may have read first.
+        wait_for_leases(lender, shared.id, 1);
         holder.kill().unwrap();
         holder.wait().unwrap();
         wait_for_leases(lender, shared.id, 0);
@@ -318,28 +338,11 @@ mod tests {
 
     #[test]
     fn an_opened_array_outlives_its_exporter_killed_on_the_cpu_and_the_emulated_device() {
-        use std::io::{BufRead, BufReader};
-
         for on in ["cpu", "emulated"] {
-            let mut exporter = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "share::tests::exporter_shares_until_killed",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(DEVICE_VAR, on)
-                .stdout(std::process::Stdio::piped())
+            let mut exporter = role("share::tests::exporter_shares_until_killed", DEVICE_VAR, on)
                 .spawn()
                 .unwrap();
-            let mut lines = BufReader::new(exporter.stdout.take().unwrap()).lines();
-            let text = lines
-                .find_map(|line| Some(line.unwrap().split_once("HANDLE ")?.1.to_string()))
-                .expect("the exporter prints its handle");
-            let handle: Vec<u8> = (0..text.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-                .collect();
+            let handle = printed_handle(&mut exporter);
             let opened = open_shared(&handle, ValidationLevel::Full).unwrap();
             exporter.kill().unwrap();
             exporter.wait().unwrap();
@@ -410,19 +413,132 @@ mod tests {
 
     #[test]
     fn no_descriptor_or_mapping_leaks() {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "share::tests::isolated_nothing_leaks",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(DEVICE_VAR, "count")
+        let output = role("share::tests::isolated_nothing_leaks", DEVICE_VAR, "count")
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success() && stdout.contains("NO LEAKS"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Shares on the CPU and the emulated device, forks, and in the child
+    /// opens the parent's shares, then shares and opens its own (does
+    /// nothing unless run alone, in a process of its own: a fork while
+    /// other tests hold locks could hang the child).
+    #[test]
+    fn isolated_fork() {
+        if std::env::var(DEVICE_VAR).as_deref() != Ok("fork") {
+            return;
+        }
+        let cpu = share(&DeviceArray::from_record_batch(&batch())).unwrap();
+        let device = emulated(46, true, 1);
+        let on_device = DeviceArray::from_record_batch(&batch())
+            .to_device(&device)
+            .unwrap();
+        let emulated_share = share(&on_device).unwrap();
+        // The device's workers run before the fork, and are gone after it.
+        assert_eq!(on_device.to_record_batch().unwrap(), batch());
+        // SAFETY: the child runs this crate's code only and leaves with
+        // _exit; this process has no thread but the lender's and the
+        // device's idle workers, which hold no lock between jobs.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let child = std::panic::catch_unwind(|| {
+                for handle in [cpu.handle(), emulated_share.handle()] {
+                    let opened = open_shared(handle, ValidationLevel::Full).unwrap();
+                    assert_eq!(opened.to_record_batch().unwrap(), batch());
+                }
+                // The device's inherited copy works on workers of its own.
+                assert_eq!(on_device.to_record_batch().unwrap(), batch());
+                let own = share(&DeviceArray::from_record_batch(&batch())).unwrap();
+                let opened = open_shared(own.handle(), ValidationLevel::Full).unwrap();
+                assert_eq!(opened.to_record_batch().unwrap(), batch());
+            });
+            // SAFETY: leaves the forked child without running the parent's
+            // destructors or the test harness.
+            unsafe { libc::_exit(i32::from(child.is_err())) };
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut status = 0;
+        loop {
+            // SAFETY: our child, a valid out-parameter.
+            let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if done == pid {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                // SAFETY: our child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("the forked child hangs");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the forked child failed: status {status:#x}"
+        );
+        println!("FORKED");
+    }
+
+    #[test]
+    fn a_forked_child_opens_its_parents_shares_and_shares_its_own() {
+        let output = role("share::tests::isolated_fork", DEVICE_VAR, "fork")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("FORKED"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Lowers the descriptor limit to 64 (16 kept memory files), then
+    /// shares emulated arrays made beyond that budget (does nothing unless
+    /// run alone, in a process of its own: the budget is per process).
+    #[test]
+    fn isolated_kept_files_budget() {
+        if std::env::var(DEVICE_VAR).as_deref() != Ok("budget") {
+            return;
+        }
+        let limit = libc::rlimit {
+            rlim_cur: 64,
+            rlim_max: 64,
+        };
+        // SAFETY: a valid resource and limit.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+        let device = emulated(47, true, 0);
+        let holders: Vec<_> = (0..16).map(|_| device.allocate(8).unwrap()).collect();
+        // Made past the budget: its allocations keep no memory file.
+        let array = DeviceArray::from_record_batch(&batch())
+            .to_device(&device)
+            .unwrap();
+        let err = share(&array).unwrap_err().to_string();
+        assert!(err.contains("keeps no memory file to share"), "{err}");
+        drop(holders);
+        // Room again: a share copies it once into allocations that do.
+        let shared = share(&array).unwrap();
+        let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
+        assert_eq!(opened.to_record_batch().unwrap(), batch());
+        println!("BUDGET KEPT");
+    }
+
+    #[test]
+    fn emulated_arrays_beyond_the_kept_files_budget_are_shared_through_one_copy() {
+        let output = role(
+            "share::tests::isolated_kept_files_budget",
+            DEVICE_VAR,
+            "budget",
+        )
+        .output()
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("BUDGET KEPT"),
             "{stdout}\n{}",
             String::from_utf8_lossy(&output.stderr)
         );

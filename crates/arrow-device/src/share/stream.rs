@@ -74,10 +74,10 @@ pub fn share_stream(reader: DeviceStreamReader, depth: usize) -> Result<SharedSt
         other => other,
     };
     let field = reader.field().clone();
-    let lender = Lender::get().map_err(Error::NotSupported)?;
+    let lender = Lender::get().map_err(Error::Share)?;
     let ticket = lender
         .lend_once(Box::new(move |connection| serve(connection, reader, depth)))
-        .map_err(Error::NotSupported)?;
+        .map_err(Error::Share)?;
     let mut shared = SharedStream {
         handle: Vec::new(),
         id: ticket.id,
@@ -165,7 +165,7 @@ pub fn open_shared_stream(handle: &[u8], level: ValidationLevel) -> Result<Devic
     if !reader.finished() {
         return Err(invalid("the handle has bytes after its schema".to_string()));
     }
-    let (lease, _) = borrow(&ticket).map_err(Error::NotSupported)?;
+    let (lease, _) = borrow(&ticket).map_err(Error::Share)?;
     let batches = Batches {
         connection: lease,
         level,
@@ -470,27 +470,14 @@ mod tests {
 
     #[test]
     fn another_process_serves_it_and_its_death_is_an_error_not_the_end() {
-        use std::io::{BufRead, BufReader};
-
-        let mut exporter = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "share::stream::tests::exporter_serves_until_killed",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE_VAR, "1")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(exporter.stdout.take().unwrap()).lines();
-        let text = lines
-            .find_map(|line| Some(line.unwrap().split_once("HANDLE ")?.1.to_string()))
-            .expect("the exporter prints its handle");
-        let handle: Vec<u8> = (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-            .collect();
+        let mut exporter = crate::share::tests::role(
+            "share::stream::tests::exporter_serves_until_killed",
+            ROLE_VAR,
+            "1",
+        )
+        .spawn()
+        .unwrap();
+        let handle = crate::share::tests::printed_handle(&mut exporter);
         let mut opened = open_shared_stream(&handle, ValidationLevel::Full).unwrap();
         let read: Vec<DeviceArray> = opened.by_ref().take(3).map(Result::unwrap).collect();
         exporter.kill().unwrap();

@@ -244,3 +244,41 @@ pub fn for_each_case(what: &str, mut check: impl FnMut(&str, &ArrayRef)) {
         cases.len()
     );
 }
+
+/// This test binary run again as the test named `role` alone, with `var`
+/// set to `value` (the test does nothing without it): how the share tests
+/// start the processes they share with.
+pub fn role(role: &str, var: &str, value: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", role, "--nocapture", "--test-threads=1"])
+        .env(var, value)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// `bytes` as lowercase hexadecimal: a share handle in an environment
+/// variable or a line of output.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `text` read as hexadecimal bytes.
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The handle a child printed (`HANDLE <hex>`), read off its stdout.
+pub fn printed_handle(child: &mut std::process::Child) -> Vec<u8> {
+    use std::io::{BufRead, BufReader};
+
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let text = lines
+        .find_map(|line| Some(line.unwrap().split_once("HANDLE ")?.1.to_string()))
+        .expect("the child prints its handle");
+    unhex(&text)
+}

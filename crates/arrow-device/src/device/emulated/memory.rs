@@ -7,9 +7,11 @@
 //! read-write alias that only the device's own copy routines reach, by looking
 //! the device pointer up here. Both views share the same pages, so nothing
 //! ever flips page protections and no thread can race another one's
-//! `mprotect`. A strict allocation keeps its memfd open (one descriptor per
-//! live allocation), so that it can be shared with another process as it
-//! is, as a CUDA allocation can through its IPC handle (`crate::share`).
+//! `mprotect`. A strict allocation keeps its memfd open, so that it can be
+//! shared with another process as it is, as a CUDA allocation can through
+//! its IPC handle (`crate::share`); at most a quarter of the descriptor
+//! limit is spent so ([`kept_files_budget`]), and allocations beyond it are
+//! shared through one copy.
 //! Non-strict mode uses one anonymous read-write mapping, so the device
 //! pointer is its own alias and host reads go unnoticed.
 //!
@@ -56,11 +58,62 @@ struct Mapping {
     /// Equal to `device` in non-strict mode (one mapping).
     alias: usize,
     mapped_len: usize,
-    /// The memory file behind a strict allocation, kept so that the
-    /// allocation can be shared with another process as it is (one
-    /// descriptor per live strict allocation).
+    /// The memory file behind a strict allocation, kept (within
+    /// [`kept_files_budget`]) so that the allocation can be shared with
+    /// another process as it is.
     #[cfg(target_os = "linux")]
-    file: Option<std::os::fd::OwnedFd>,
+    file: Option<KeptFile>,
+}
+
+/// A strict allocation's memory file, counted against
+/// [`kept_files_budget`] while open.
+#[cfg(target_os = "linux")]
+struct KeptFile(std::os::fd::OwnedFd);
+
+/// How many memory files strict allocations keep open now.
+#[cfg(target_os = "linux")]
+static KEPT_FILES: AtomicU64 = AtomicU64::new(0);
+
+/// How many memory files strict allocations keep open at most: a quarter
+/// of the process's descriptor limit (`RLIMIT_NOFILE`), so that a process
+/// with many live allocations never runs out of descriptors for them.
+/// Allocations made beyond it close their file once mapped, and a share of
+/// them copies once into allocations that keep theirs.
+#[cfg(target_os = "linux")]
+pub(super) fn kept_files_budget() -> u64 {
+    static BUDGET: OnceLock<u64> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        // SAFETY: a zeroed rlimit is a valid out-parameter.
+        let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid resource and out-parameter.
+        let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        if known && limit.rlim_cur != libc::RLIM_INFINITY {
+            limit.rlim_cur / 4
+        } else {
+            256
+        }
+    })
+}
+
+#[cfg(target_os = "linux")]
+impl KeptFile {
+    /// Keeps `fd` if the budget allows; `None` (and `fd` closed) if not.
+    fn keep(fd: std::os::fd::OwnedFd) -> Option<KeptFile> {
+        let kept = KEPT_FILES.fetch_add(1, Ordering::Relaxed);
+        if kept < kept_files_budget() {
+            Some(KeptFile(fd))
+        } else {
+            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for KeptFile {
+    fn drop(&mut self) {
+        KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Mapping {
@@ -171,7 +224,7 @@ fn map_views(fd: std::os::fd::OwnedFd, mapped_len: usize) -> Result<Mapping, Str
         mapped_len,
         libc::PROT_READ | libc::PROT_WRITE,
     )?;
-    mapping.file = Some(fd);
+    mapping.file = KeptFile::keep(fd);
     Ok(mapping)
 }
 
@@ -251,9 +304,14 @@ pub(super) fn export_file(
             format!("device pointer {ptr:#x} is not inside a live allocation of emulated device {device_id}")
         })?;
     let file = entry.mapping.file.as_ref().ok_or_else(|| {
-        format!("the allocation at {base:#x} is not strict (no memory file to share)")
+        format!(
+            "the allocation at {base:#x} keeps no memory file to share (it is not strict, or \
+             was made while {} others kept theirs)",
+            kept_files_budget()
+        )
     })?;
     let file = file
+        .0
         .try_clone()
         .map_err(|e| format!("dup of an allocation's memory file: {e}"))?;
     Ok((base, entry.len, file))

@@ -101,9 +101,26 @@ struct State {
     /// No device or stream holds the pool any more: idle workers exit at
     /// once instead of after [`IDLE_EXIT`].
     closed: bool,
+    /// The process whose threads the counts above count: a child forked
+    /// from it inherits the counts but none of the threads.
+    pid: u32,
 }
 
 impl State {
+    /// In a child forked from the process that started the workers: none of
+    /// them is here, so none is counted (the queued work stays, for the
+    /// workers this process starts).
+    fn forget_workers_after_fork(&mut self) {
+        let pid = std::process::id();
+        if self.pid != pid {
+            self.pid = pid;
+            self.workers = 0;
+            self.idle = 0;
+            self.notified = 0;
+            self.blocked = 0;
+        }
+    }
+
     /// Workers that can take a job now or soon: those not blocked.
     fn running(&self) -> usize {
         self.workers - self.blocked
@@ -140,7 +157,10 @@ impl Pool {
         Pool {
             workers: Workers(Arc::new(Shared {
                 device_id,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    pid: std::process::id(),
+                    ..State::default()
+                }),
                 work: Condvar::new(),
             })),
         }
@@ -186,6 +206,7 @@ impl Workers {
     /// Makes sure a worker will look at the ready queue: signals an idle
     /// one, or starts one while fewer than the bound are running.
     fn provide_worker(&self, state: &mut State) -> Result<()> {
+        state.forget_workers_after_fork();
         if state.idle > state.notified {
             state.notified += 1;
             self.0.work.notify_one();
