@@ -273,6 +273,13 @@ impl PyDeviceArray {
         guard(|| capsule::wrap(py, export_field(self.inner.field()).py()?, ARROW_SCHEMA))
     }
 
+    /// Shares the array with the processes of this machine: a
+    /// `SharedArray`, whose handle (picklable) `arrow_device.open_shared`
+    /// opens, zero-copy, while it is open. Linux only.
+    fn share(&self, py: Python<'_>) -> PyResult<crate::share::PySharedArray> {
+        crate::share::share_array(py, &self.inner)
+    }
+
     /// DLPack (array API standard): a capsule over the array's values, for
     /// one-dimensional fixed-width numbers without nulls.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]

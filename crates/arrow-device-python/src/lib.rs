@@ -1,8 +1,9 @@
 //! The `arrow_device` Python module: the Arrow PyCapsule protocol for
-//! arrays, device arrays, streams and device streams, and DLPack, as a thin
-//! layer over the `arrow-device` library. Every conversion, check and copy
-//! is the library's; this crate only moves structs in and out of capsules
-//! and turns errors into Python exceptions.
+//! arrays, device arrays, streams and device streams, DLPack, and sharing
+//! arrays and streams between processes, as a thin layer over the
+//! `arrow-device` library. Every conversion, check and copy is the
+//! library's; this crate only moves structs in and out of capsules and turns
+//! errors into Python exceptions.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod array;
@@ -13,6 +14,7 @@ mod device;
 mod dlpack;
 mod errors;
 mod interpreter;
+mod share;
 mod stream;
 
 use pyo3::prelude::*;
@@ -32,6 +34,7 @@ fn _arrow_device(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::cuda, m)?)?;
     m.add_function(wrap_pyfunction!(device::cuda_host, m)?)?;
     m.add_function(wrap_pyfunction!(device::cuda_managed, m)?)?;
+    share::register(m)?;
     conformance::register(m)?;
     Ok(())
 }

@@ -43,6 +43,9 @@ pub struct PyDeviceStream {
     batches: Mutex<Option<Batches>>,
     /// Where a Python-iterable source leaves the exception behind an error.
     raised: Raised,
+    /// Whether reading a batch may wait for another process (a shared
+    /// stream's exporter): such reads run detached from the GIL.
+    reads_wait: bool,
 }
 
 impl Drop for PyDeviceStream {
@@ -223,17 +226,29 @@ pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream
             device_type,
             batches: Mutex::new(Some(Box::new(batches))),
             raised,
+            reads_wait: false,
         })
     })
 }
 
 impl PyDeviceStream {
     fn from_reader(reader: DeviceStreamReader) -> Self {
+        Self::reading(reader, false)
+    }
+
+    /// A stream opened from another process's share, whose batches are
+    /// read detached from the GIL (each waits for the exporter).
+    pub fn from_shared_reader(reader: DeviceStreamReader) -> Self {
+        Self::reading(reader, true)
+    }
+
+    fn reading(reader: DeviceStreamReader, reads_wait: bool) -> Self {
         PyDeviceStream {
             field: reader.field().clone(),
             device_type: reader.device_type(),
             batches: Mutex::new(Some(Box::new(reader))),
             raised: Arc::new(PyOwned::new(Mutex::new(None))),
+            reads_wait,
         }
     }
 
@@ -253,6 +268,16 @@ impl PyDeviceStream {
         self.try_batches()?
             .take()
             .ok_or_else(|| PyValueError::new_err("the stream was already handed on to a consumer"))
+    }
+
+    /// This stream, taken, as a reader of `requested_schema`'s type.
+    fn take_reader(
+        &self,
+        requested_schema: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<DeviceStreamReader> {
+        let device_stream = self.export(requested_schema)?;
+        // SAFETY: our own export.
+        unsafe { DeviceStreamReader::try_new(device_stream, ValidationLevel::None) }.py()
     }
 
     /// This stream as a device stream of `requested_schema`'s type (another
@@ -295,7 +320,7 @@ impl PyDeviceStream {
         slf
     }
 
-    fn __next__(&self) -> PyResult<Option<PyDeviceArray>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyDeviceArray>> {
         guard(|| {
             let mut batches = self.try_batches()?;
             let Some(iterator) = batches.as_mut() else {
@@ -303,7 +328,12 @@ impl PyDeviceStream {
                     "the stream was already handed on to a consumer",
                 ));
             };
-            match iterator.next() {
+            let next = if self.reads_wait {
+                py.detach(|| iterator.next())
+            } else {
+                iterator.next()
+            };
+            match next {
                 None => Ok(None),
                 Some(Ok(batch)) => Ok(Some(PyDeviceArray::new(batch))),
                 // A Python source's own exception, as it was raised.
@@ -344,20 +374,25 @@ impl PyDeviceStream {
                     self.device_type
                 )));
             }
-            let device_stream = self.export(requested_schema)?;
             let c_stream = if self.device_type == DeviceType::CPU {
-                FFI_ArrowArrayStream::try_from(device_stream).py()?
+                FFI_ArrowArrayStream::try_from(self.export(requested_schema)?).py()?
             } else {
                 // Pinned or managed memory: each batch is read after its
                 // event, zero-copy.
-                // SAFETY: our own export.
-                let reader =
-                    unsafe { DeviceStreamReader::try_new(device_stream, ValidationLevel::None) }
-                        .py()?;
+                let reader = self.take_reader(requested_schema)?;
                 FFI_ArrowArrayStream::new(Box::new(reader.into_record_batch_reader().py()?))
             };
             capsule::wrap(py, c_stream, ARROW_ARRAY_STREAM)
         })
+    }
+
+    /// Shares the rest of the stream with one process of this machine: a
+    /// `SharedStream`, whose handle (picklable) `open_shared_stream` opens;
+    /// at most `depth` batches are read ahead of that opener. The stream is
+    /// handed on. Linux only.
+    #[pyo3(signature = (depth = 2))]
+    fn share(&self, py: Python<'_>, depth: i64) -> PyResult<crate::share::stream::PySharedStream> {
+        crate::share::stream::share_stream(py, depth, || self.take_reader(None))
     }
 
     /// The stream's schema as a capsule (spec: `__arrow_c_schema__`).

@@ -7,12 +7,24 @@ protocol (arrays, device arrays, streams, device streams) and DLPack.
 <DeviceType.CPU: 1>
 >>> pa.array(a).to_pylist()
 [1, 2, 3]
+
+Sharing with other processes of this machine (Linux), zero-copy:
+
+>>> import pickle
+>>> shared = a.share()                 # open while this object lives
+>>> handle = pickle.dumps(shared)      # a ShareHandle: the bytes only
+>>> pa.array(arrow_device.open_shared(pickle.loads(handle))).to_pylist()
+[1, 2, 3]
+>>> shared.close()
 """
 
 from ._arrow_device import (
     Device,
     DeviceArray,
     DeviceStream,
+    SharedArray,
+    SharedStream,
+    ShareHandle,
     array,
     cpu,
     cuda,
@@ -20,6 +32,8 @@ from ._arrow_device import (
     cuda_managed,
     devices,
     emulated,
+    open_shared,
+    open_shared_stream,
     stream,
 )
 from ._types import DeviceType
@@ -29,6 +43,9 @@ __all__ = [
     "DeviceArray",
     "DeviceStream",
     "DeviceType",
+    "SharedArray",
+    "SharedStream",
+    "ShareHandle",
     "array",
     "cpu",
     "cuda",
@@ -36,5 +53,7 @@ __all__ = [
     "cuda_managed",
     "devices",
     "emulated",
+    "open_shared",
+    "open_shared_stream",
     "stream",
 ]

@@ -1,6 +1,7 @@
 """Type stubs of the native module (re-exported by ``arrow_device``)."""
 
-from typing import Any, Dict, Iterator, Literal, Optional, Protocol, Tuple, Union
+from types import TracebackType
+from typing import Any, Dict, Iterator, Literal, Optional, Protocol, Tuple, Type, Union
 
 from ._types import DeviceType
 
@@ -84,6 +85,10 @@ class DeviceArray:
         copy: Optional[bool] = None,
     ) -> object: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def share(self) -> "SharedArray":
+        """Shares the array with the processes of this machine (Linux; else
+        NotImplementedError): open, the SharedArray's handle opens it there
+        with ``open_shared``, zero-copy."""
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
         """Version 3 dict for CUDA / CUDA_MANAGED arrays: `stream` None or a
@@ -113,6 +118,74 @@ class DeviceStream:
     ) -> object: ...
     def __arrow_c_stream__(self, requested_schema: Optional[object] = None) -> object: ...
     def __arrow_c_schema__(self) -> object: ...
+    def share(self, depth: int = 2) -> "SharedStream":
+        """Shares the rest of the stream (handed on) with one process of this
+        machine, reading at most ``depth`` batches ahead of it (Linux; else
+        NotImplementedError)."""
+
+class ShareHandle:
+    """A share's handle and nothing else (unpickling a SharedArray or
+    SharedStream gives one): it opens while the exporter keeps the share
+    open, and keeps nothing alive itself."""
+
+    def __init__(self, handle: bytes) -> None: ...
+    @property
+    def handle(self) -> bytes: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> Tuple[Type["ShareHandle"], Tuple[bytes]]: ...
+
+class SharedArray:
+    """An array this process shares: while open, its handle opens the array
+    in any process of this machine. Pickles to a ShareHandle."""
+
+    @property
+    def handle(self) -> bytes:
+        """ValueError once closed."""
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None:
+        """No new opens; arrays already opened keep their memory."""
+    def __enter__(self) -> "SharedArray": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+    def __reduce__(self) -> Tuple[Type[ShareHandle], Tuple[bytes]]: ...
+
+class SharedStream:
+    """A stream this process shares with one opener. Pickles to a
+    ShareHandle."""
+
+    @property
+    def handle(self) -> bytes:
+        """ValueError once closed."""
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "SharedStream": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+    def __reduce__(self) -> Tuple[Type[ShareHandle], Tuple[bytes]]: ...
+
+def open_shared(
+    handle: Union[bytes, ShareHandle, SharedArray], *, validate: _Validate = "full"
+) -> DeviceArray:
+    """Opens a shared array over the exporter's memory (zero-copy), holding a
+    lease on it while the array lives. Waits for the exporter (up to 10 s)
+    without holding the GIL."""
+
+def open_shared_stream(
+    handle: Union[bytes, ShareHandle, SharedStream], *, validate: _Validate = "full"
+) -> DeviceStream:
+    """Opens a shared stream; each batch is read from the exporter without
+    holding the GIL."""
 
 def array(
     obj: ArrayLike, *, device: Optional[Device] = None, validate: _Validate = "default"
