@@ -3,7 +3,7 @@
 //! design is docs/design/sharing.md).
 //!
 //! [`share`] gives a handle (bytes) that [`open_shared`] opens in another
-//! process as a [`DeviceArray`] over the same memory. Each open is a lease
+//! process as a [`DeviceArray`](crate::DeviceArray) over the same memory. Each open is a lease
 //! (a Unix socket connection to the exporting process) that keeps the
 //! exporter's memory alive until the opener drops the array or ends,
 //! however it ends. [`share_stream`] serves a device stream to one other
