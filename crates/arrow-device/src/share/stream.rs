@@ -352,13 +352,17 @@ mod tests {
             err.contains(&format!("process {} opened it already", std::process::id())),
             "{err}"
         );
-        // Nothing read: the exporter reads `depth` batches ahead, no more.
+        // Nothing read: the exporter reads `depth` batches ahead, and no
+        // more however long it is left alone.
+        let produced = || source.produced.load(Ordering::SeqCst);
+        wait_for("two batches read ahead", || produced() == 2);
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(source.produced.load(Ordering::SeqCst), 2);
+        assert_eq!(produced(), 2);
         let first = opened.next().unwrap().unwrap();
         assert_eq!(first.to_record_batch().unwrap(), batch(0));
+        wait_for("one more batch read ahead", || produced() == 3);
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(source.produced.load(Ordering::SeqCst), 3);
+        assert_eq!(produced(), 3);
         let rest: Vec<RecordBatch> = opened
             .by_ref()
             .map(|array| array.unwrap().to_record_batch().unwrap())
