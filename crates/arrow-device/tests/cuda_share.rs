@@ -26,7 +26,7 @@ use arrow_schema::{DataType, Field};
 use cudarc::driver::sys;
 
 use common::gpu::{cuda_device, gpu, standin};
-use common::{assert_same, hex, printed_handle, role, unhex};
+use common::{assert_same, assert_succeeded, hex, printed_handle, role, unhex};
 
 const HANDLE_VAR: &str = "ARROW_DEVICE_TEST_CUDA_SHARE_HANDLE";
 
@@ -94,16 +94,6 @@ fn opener(role_name: &str, handle: &[u8]) -> Child {
     role(role_name, HANDLE_VAR, &hex(handle)).spawn().unwrap()
 }
 
-fn assert_succeeded(child: Child, says: &str) {
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains(says),
-        "the opener failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// The stand-in's interprocess objects open in this process
 /// (`cuStandinIpcCounts`: memory mappings, events); `None` on a real
 /// driver.
@@ -159,7 +149,7 @@ fn a_cuda_array_opens_in_two_other_processes_with_the_producers_final_values() {
         .map(|_| opener("opener_reads_the_batch", shared.handle()))
         .collect();
     for child in openers {
-        assert_succeeded(child, "OPENED 5");
+        assert_succeeded(child, "the opener", "OPENED 5");
     }
     assert_same(
         "the exporter's own copy",
@@ -188,7 +178,7 @@ fn an_opener_waits_for_the_producers_queued_copy() {
         .env("CUDA_STANDIN_LAZY_US", "1000000")
         .spawn()
         .unwrap();
-    assert_succeeded(exporter, "EXPORTED");
+    assert_succeeded(exporter, "the exporter", "EXPORTED");
 }
 
 /// The exporter's side (does nothing unless run as that exporter).
@@ -202,6 +192,7 @@ fn exporter_with_slow_work() {
     let started = std::time::Instant::now();
     assert_succeeded(
         opener("opener_reads_the_batch", shared.handle()),
+        "the opener",
         "OPENED 5",
     );
     assert!(

@@ -334,12 +334,10 @@ fn every_golden_batch_is_shared_to_1_2_and_4_processes_on_the_cpu_and_the_emulat
                 })
                 .collect();
             for opener in openers {
-                let output = opener.wait_with_output().unwrap();
-                let stdout = String::from_utf8_lossy(&output.stdout);
-                assert!(
-                    output.status.success() && stdout.contains(&format!("OPENED {}", shared.len())),
-                    "{on}, {processes} processes: {stdout}\n{}",
-                    String::from_utf8_lossy(&output.stderr)
+                common::assert_succeeded(
+                    opener,
+                    &format!("an opener ({on}, {processes} processes)"),
+                    &format!("OPENED {}", shared.len()),
                 );
             }
         }

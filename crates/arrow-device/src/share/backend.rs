@@ -13,15 +13,12 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 
 use super::layout::Place;
+use super::lease::Keep;
 use crate::abi::DeviceType;
 use crate::error::{Error, Result};
 use crate::DeviceArray;
-
-/// What a lease keeps alive in the exporting process.
-pub(super) type Keep = Arc<dyn Any + Send + Sync>;
 
 /// What a device's exporter hands to the handle and the lender.
 pub(super) struct Exported {

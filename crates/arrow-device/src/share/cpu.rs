@@ -7,6 +7,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use super::backend::{self, Exported, Opened};
+use super::handle::invalid;
 use super::layout::Place;
 use super::memfd::Sealed;
 use crate::error::{Error, Result};
@@ -71,7 +72,6 @@ impl backend::Exporter for Exporter {
 
 /// Maps the one sealed memory file of a CPU share.
 pub(super) fn open(sizes: &[usize], extra: &[u8], fds: Vec<OwnedFd>) -> Result<Opened> {
-    let invalid = |message: String| Error::invalid(&crate::error::Path::root(), message);
     let &[size] = sizes else {
         return Err(invalid(format!(
             "a CPU share has one memory file, the handle says {}",

@@ -39,6 +39,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use super::backend::{self, Allocations, Exported, Opened};
+use super::handle::invalid;
 use super::layout::Place;
 use super::lease::Lease;
 use crate::abi::DeviceType;
@@ -232,7 +233,6 @@ pub(super) fn open(
     fds: Vec<OwnedFd>,
     lease: &Lease,
 ) -> Result<Opened> {
-    let invalid = |message: String| Error::invalid(&crate::error::Path::root(), message);
     if !fds.is_empty() {
         return Err(invalid(format!(
             "a CUDA share passes no memory files, the exporter sent {}",

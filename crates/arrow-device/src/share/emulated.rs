@@ -13,6 +13,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use super::backend::{self, Allocations, Exported, Opened};
+use super::handle::invalid;
 use super::layout::Place;
 use crate::device::emulated::{self, EmulatedConfig, EmulatedDevice};
 use crate::device::DeviceRef;
@@ -30,9 +31,7 @@ struct Exporter {
 /// the array it lays out (`array`, or its strict copy).
 pub(super) fn exporter(array: &DeviceArray) -> Result<(Box<dyn backend::Exporter>, DeviceArray)> {
     let device_id = array.device_id();
-    let array = if all_buffers(array, &|ptr| {
-        emulated::export_file(device_id, ptr as usize).is_ok()
-    }) {
+    let array = if all_buffers(array, &|ptr| emulated::keeps_file(device_id, ptr as usize)) {
         array.clone()
     } else {
         // Non-strict memory is anonymous, with no file to pass: a copy in
@@ -99,7 +98,6 @@ pub(super) fn open(
     extra: &[u8],
     fds: Vec<OwnedFd>,
 ) -> Result<Opened> {
-    let invalid = |message: String| Error::invalid(&crate::error::Path::root(), message);
     if !extra.is_empty() {
         return Err(invalid(format!(
             "an emulated-device share has no device part, the handle has {} bytes of one",

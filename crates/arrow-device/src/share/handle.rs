@@ -86,27 +86,35 @@ pub(super) fn read_header(reader: &mut Reader<'_>, kind: Kind) -> Result<Ticket>
     Ok(Ticket { name, id, token })
 }
 
+/// A handle and the lent object it opens, withdrawn from the lender when
+/// dropped (the leases granted keep what they hold): what [`SharedArray`]
+/// and [`super::SharedStream`] are made of.
+#[derive(Debug)]
+pub(super) struct Offer {
+    pub(super) handle: Vec<u8>,
+    pub(super) id: u64,
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        if let Ok(lender) = Lender::get() {
+            lender.withdraw(self.id);
+        }
+    }
+}
+
 /// An array this process shares: alive, it can be opened with its
 /// handle; dropped, no new opens (the leases granted keep the memory
 /// until each ends).
 #[derive(Debug)]
 pub struct SharedArray {
-    handle: Vec<u8>,
-    pub(super) id: u64,
+    pub(super) offer: Offer,
 }
 
 impl SharedArray {
     /// The bytes another process passes to [`open_shared`].
     pub fn handle(&self) -> &[u8] {
-        &self.handle
-    }
-}
-
-impl Drop for SharedArray {
-    fn drop(&mut self) {
-        if let Ok(lender) = Lender::get() {
-            lender.withdraw(self.id);
-        }
+        &self.offer.handle
     }
 }
 
@@ -140,7 +148,8 @@ pub fn share(array: &DeviceArray) -> Result<SharedArray> {
         .lend(exported.fds, exported.keep)
         .map_err(Error::Share)?;
     // The shared array withdraws the ticket on every path from here on.
-    let mut shared = SharedArray {
+    // The offer withdraws the ticket on every path from here on.
+    let mut offer = Offer {
         handle: Vec::new(),
         id: ticket.id,
     };
@@ -155,8 +164,8 @@ pub fn share(array: &DeviceArray) -> Result<SharedArray> {
     handle.bytes(&exported.extra);
     let mut bytes = handle.into_bytes();
     bytes.extend_from_slice(&layout_bytes.into_bytes());
-    shared.handle = bytes;
-    Ok(shared)
+    offer.handle = bytes;
+    Ok(SharedArray { offer })
 }
 
 /// Opens an array another process (or this one) shared, over the same

@@ -41,7 +41,7 @@ const HANDSHAKE: Duration = Duration::from_secs(10);
 struct Lent {
     token: [u8; 16],
     fds: Vec<OwnedFd>,
-    keep: Arc<dyn Any + Send + Sync>,
+    keep: Keep,
     take: Option<Serve>,
 }
 
@@ -49,8 +49,8 @@ struct Lent {
 /// its own.
 pub type Serve = Box<dyn FnOnce(UnixStream) + Send>;
 
-/// What keeps a lent object's memory alive.
-type Keep = Arc<dyn Any + Send + Sync>;
+/// What keeps a lent object's memory alive while any lease holds it.
+pub type Keep = Arc<dyn Any + Send + Sync>;
 
 /// A granted lease: its connection, the object's id and reference.
 type Granted = (UnixStream, u64, Keep);
@@ -171,11 +171,7 @@ impl Lender {
 
     /// Lends `fds`, keeping `keep` alive while any lease holds it; the
     /// ticket opens it until [`Lender::withdraw`].
-    pub fn lend(
-        &self,
-        fds: Vec<OwnedFd>,
-        keep: Arc<dyn Any + Send + Sync>,
-    ) -> Result<Ticket, String> {
+    pub fn lend(&self, fds: Vec<OwnedFd>, keep: Keep) -> Result<Ticket, String> {
         if fds.len() > MAX_ALLOCATIONS {
             return Err(format!(
                 "{} memory files to lend (at most {MAX_ALLOCATIONS})",
@@ -560,7 +556,7 @@ mod tests {
         let lender = Lender::get().unwrap();
         let sealed = Sealed::create("lease-test", 8, &[(0, b"abcdefgh")]).unwrap();
         let dropped = Arc::new(AtomicBool::new(false));
-        let keep: Arc<dyn Any + Send + Sync> = Arc::new(Flag(dropped.clone()));
+        let keep: Keep = Arc::new(Flag(dropped.clone()));
         let ticket = lender
             .lend(vec![sealed.fd().try_clone().unwrap()], keep)
             .unwrap();
@@ -586,7 +582,7 @@ mod tests {
     #[test]
     fn a_forged_token_or_id_is_refused() {
         let lender = Lender::get().unwrap();
-        let keep: Arc<dyn Any + Send + Sync> = Arc::new(());
+        let keep: Keep = Arc::new(());
         let ticket = lender.lend(Vec::new(), keep).unwrap();
         let mut forged = ticket.clone();
         forged.token[0] ^= 1;

@@ -81,7 +81,7 @@ mod tests {
         // The methods are the functions.
         let shared = DeviceArray::from_record_batch(&batch).share().unwrap();
         let lender = Lender::get().unwrap();
-        let id = shared.id;
+        let id = shared.offer.id;
         let opened = open_shared(shared.handle(), ValidationLevel::Full).unwrap();
         let again = DeviceArray::open_shared(shared.handle(), ValidationLevel::Full).unwrap();
         assert_eq!(opened.to_record_batch().unwrap(), batch);
@@ -117,6 +117,24 @@ mod tests {
         role(role_name, HANDLE_VAR, &crate::share::lease::hex(handle))
             .spawn()
             .unwrap()
+    }
+
+    /// Waits for `child`, which must succeed and print `says`; `what`
+    /// names it in the failure, with its output.
+    pub(super) fn assert_succeeded(child: std::process::Child, what: &str, says: &str) {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains(says),
+            "{what} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Runs the test `test` alone, in a process of its own, with
+    /// `DEVICE_VAR` set to `value`; it must succeed and print `says`.
+    fn run_alone(test: &str, value: &str, says: &str) {
+        assert_succeeded(role(test, DEVICE_VAR, value).spawn().unwrap(), test, says);
     }
 
     /// `text` read as hexadecimal bytes.
@@ -187,24 +205,18 @@ mod tests {
             .map(|_| opener("share::tests::opener_reads_the_batch", shared.handle()))
             .collect();
         for reader in readers {
-            let output = reader.wait_with_output().unwrap();
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success() && stdout.contains("OPENED 3"),
-                "{stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
+            assert_succeeded(reader, "an opener", "OPENED 3");
         }
-        wait_for_leases(lender, shared.id, 0);
+        wait_for_leases(lender, shared.offer.id, 0);
         let mut holder = opener("share::tests::opener_holds_until_killed", shared.handle());
         let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
         assert!(lines.any(|line| line.unwrap().contains("HOLDING 3")));
         // The lender counts a lease once it has sent the grant, which the
         // holder may have read first.
-        wait_for_leases(lender, shared.id, 1);
+        wait_for_leases(lender, shared.offer.id, 1);
         holder.kill().unwrap();
         holder.wait().unwrap();
-        wait_for_leases(lender, shared.id, 0);
+        wait_for_leases(lender, shared.offer.id, 0);
     }
 
     #[test]
@@ -392,7 +404,7 @@ mod tests {
                 for opened in &opened {
                     assert_eq!(opened.to_record_batch().unwrap(), batch());
                 }
-                let id = shared.id;
+                let id = shared.offer.id;
                 drop((shared, opened, array));
                 wait_for_leases(lender, id, 0);
             }
@@ -413,15 +425,7 @@ mod tests {
 
     #[test]
     fn no_descriptor_or_mapping_leaks() {
-        let output = role("share::tests::isolated_nothing_leaks", DEVICE_VAR, "count")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("NO LEAKS"),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        run_alone("share::tests::isolated_nothing_leaks", "count", "NO LEAKS");
     }
 
     /// Shares on the CPU and the emulated device, forks, and in the child
@@ -486,15 +490,7 @@ mod tests {
 
     #[test]
     fn a_forked_child_opens_its_parents_shares_and_shares_its_own() {
-        let output = role("share::tests::isolated_fork", DEVICE_VAR, "fork")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("FORKED"),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        run_alone("share::tests::isolated_fork", "fork", "FORKED");
     }
 
     /// Lowers the descriptor limit to 64 (16 kept memory files), then
@@ -529,18 +525,10 @@ mod tests {
 
     #[test]
     fn emulated_arrays_beyond_the_kept_files_budget_are_shared_through_one_copy() {
-        let output = role(
+        run_alone(
             "share::tests::isolated_kept_files_budget",
-            DEVICE_VAR,
             "budget",
-        )
-        .output()
-        .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("BUDGET KEPT"),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
+            "BUDGET KEPT",
         );
     }
 }

@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{sync_channel, Receiver};
 
 use super::codec::Reader;
-use super::handle::{invalid, read_header, share, write_header, Kind, SharedArray};
+use super::handle::{invalid, read_header, share, write_header, Kind, Offer, SharedArray};
 use super::lease::{borrow, Lender};
 use crate::abi::DeviceType;
 use crate::error::{Error, Result};
@@ -35,22 +35,13 @@ const MAX_FRAME: u64 = 1 << 30;
 /// the stream is the opener's to read to its end.
 #[derive(Debug)]
 pub struct SharedStream {
-    handle: Vec<u8>,
-    id: u64,
+    offer: Offer,
 }
 
 impl SharedStream {
     /// The bytes the other process passes to [`open_shared_stream`].
     pub fn handle(&self) -> &[u8] {
-        &self.handle
-    }
-}
-
-impl Drop for SharedStream {
-    fn drop(&mut self) {
-        if let Ok(lender) = Lender::get() {
-            lender.withdraw(self.id);
-        }
+        &self.offer.handle
     }
 }
 
@@ -78,15 +69,16 @@ pub fn share_stream(reader: DeviceStreamReader, depth: usize) -> Result<SharedSt
     let ticket = lender
         .lend_once(Box::new(move |connection| serve(connection, reader, depth)))
         .map_err(Error::Share)?;
-    let mut shared = SharedStream {
+    // The offer withdraws the ticket on every path from here on.
+    let mut offer = Offer {
         handle: Vec::new(),
         id: ticket.id,
     };
     let mut handle = write_header(Kind::Stream, &ticket);
     handle.u32(device_type.0 as u32);
     handle.field(&field).map_err(invalid)?;
-    shared.handle = handle.into_bytes();
-    Ok(shared)
+    offer.handle = handle.into_bytes();
+    Ok(SharedStream { offer })
 }
 
 /// Serves the opener's connection until the stream ends or the opener

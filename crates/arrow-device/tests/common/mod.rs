@@ -258,6 +258,18 @@ pub fn role(role: &str, var: &str, value: &str) -> std::process::Command {
     command
 }
 
+/// Waits for `child`, which must succeed and print `says`; `what` names it
+/// in the failure, with its output.
+pub fn assert_succeeded(child: std::process::Child, what: &str, says: &str) {
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains(says),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// `bytes` as lowercase hexadecimal: a share handle in an environment
 /// variable or a line of output.
 pub fn hex(bytes: &[u8]) -> String {

@@ -295,26 +295,19 @@ pub(super) fn export_file(
     device_id: i64,
     ptr: usize,
 ) -> Result<(usize, usize, std::os::fd::OwnedFd), String> {
-    let map = registry().read().unwrap_or_else(|e| e.into_inner());
-    let (&base, entry) = map
-        .range(..=ptr)
-        .next_back()
-        .filter(|(&b, e)| ptr - b < e.len && e.device_id == device_id)
-        .ok_or_else(|| {
-            format!("device pointer {ptr:#x} is not inside a live allocation of emulated device {device_id}")
-        })?;
-    let file = entry.mapping.file.as_ref().ok_or_else(|| {
-        format!(
-            "the allocation at {base:#x} keeps no memory file to share (it is not strict, or \
-             was made while {} others kept theirs)",
-            kept_files_budget()
-        )
-    })?;
+    let memory = lock();
+    let (base, len, file) = memory.kept_file(device_id, ptr)?;
     let file = file
-        .0
         .try_clone()
         .map_err(|e| format!("dup of an allocation's memory file: {e}"))?;
-    Ok((base, entry.len, file))
+    Ok((base, len, file))
+}
+
+/// Whether the allocation that holds device pointer `ptr` keeps a memory
+/// file to share (no descriptor is duplicated to tell).
+#[cfg(target_os = "linux")]
+pub(super) fn keeps_file(device_id: i64, ptr: usize) -> bool {
+    lock().kept_file(device_id, ptr).is_ok()
 }
 
 /// Maps `len` bytes of memory file `fd` (another process's allocation) as
@@ -469,6 +462,30 @@ impl Memory {
             }
         }
         Ok(())
+    }
+
+    /// The allocation of emulated device `device_id` that holds device
+    /// pointer `ptr`, and the memory file it keeps for sharing: its base
+    /// pointer, its length and the file.
+    #[cfg(target_os = "linux")]
+    fn kept_file(
+        &self,
+        device_id: i64,
+        ptr: usize,
+    ) -> Result<(usize, usize, &std::os::fd::OwnedFd), String> {
+        let range = self
+            .device_range(device_id, ptr, 1, "share")
+            .map_err(|e| e.to_string())?;
+        let entry = &self.0[&range.base];
+        let file = entry.mapping.file.as_ref().ok_or_else(|| {
+            format!(
+                "the allocation at {:#x} keeps no memory file to share (it is not strict, or \
+                 was made while {} others kept theirs)",
+                range.base,
+                kept_files_budget()
+            )
+        })?;
+        Ok((range.base, entry.len, &file.0))
     }
 
     /// The alias of the first `len` bytes of `range`, or `None` if its

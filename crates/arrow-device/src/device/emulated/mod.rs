@@ -260,6 +260,14 @@ pub(crate) fn export_file(
     memory::export_file(device_id, ptr)
 }
 
+/// Whether the allocation of emulated device `device_id` that holds
+/// device pointer `ptr` keeps a memory file, so that it can be shared as it
+/// is.
+#[cfg(target_os = "linux")]
+pub(crate) fn keeps_file(device_id: i64, ptr: usize) -> bool {
+    memory::keeps_file(device_id, ptr)
+}
+
 /// Another process's allocation (`len` bytes of memory file `fd`) as a
 /// strict allocation of emulated device `device_id` in this one.
 #[cfg(target_os = "linux")]
