@@ -69,7 +69,7 @@ asan)
     # stay under the kernel's limit (valgrind's own push it over).
     "${cargo_asan[@]}" -p arrow-device --lib \
         --test malformed --test roundtrip --test stream --test async_stream \
-        --test dlpack --test cai --test emulated_pool || status=1
+        --test dlpack --test cai --test emulated_pool --test staging || status=1
     "${cargo_asan[@]}" -p c-interop-tests --tests || status=1
     exit $status
     ;;

@@ -16,6 +16,9 @@
 //!   and copies to the host ([`DeviceArray::to_host`]) or another device
 //!   ([`DeviceArray::to_device`]) without ever dereferencing device memory on
 //!   the host.
+//! * [`HostStaging`]: host memory (pinned where the device offers it) that
+//!   copies of a stream's batches to the host reuse
+//!   ([`DeviceArray::to_record_batch_staged`]).
 //! * [`ValidationLevel`]: none / minimal / default / full, as in nanoarrow.
 //! * [`device`]: the [`device::Device`] trait, the CPU, and an emulated
 //!   asynchronous device (`EXT_DEV`) for testing device paths without a GPU.
@@ -124,7 +127,7 @@ pub mod validate;
 pub use abi::{ArrowDeviceArray, ArrowDeviceArrayStream, DeviceType};
 pub use array::{
     check_representation, export_array, export_array_to, export_record_batch,
-    export_record_batch_to, same_data, BufferInfo, DeviceArray,
+    export_record_batch_to, same_data, BufferInfo, DeviceArray, HostStaging,
 };
 pub use error::{Error, Result};
 pub use validate::ValidationLevel;

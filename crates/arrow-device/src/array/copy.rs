@@ -28,6 +28,7 @@ use crate::array::import::child_path;
 use crate::array::layout::{self, BufferKind};
 use crate::array::node::{Node, RawBuf};
 use crate::array::owner::{Owner, PendingMemory};
+use crate::array::staging::{HostStaging, HostTarget};
 use crate::device::{drain_then_free, Device, DeviceBuffer, DeviceRef, Stream, SyncEvent};
 use crate::error::{Error, Path, Result};
 
@@ -211,7 +212,7 @@ pub(crate) fn device_to_device(
         }
     }
     // Stage through the host: one host copy, then one upload.
-    let (host_node, host_memory) = device_to_host(node, src, sync_event)?;
+    let (host_node, host_memory) = device_to_host(node, src, sync_event, None)?;
     let owner: Owner = Arc::new(host_memory);
     host_to_device(&host_node, owner, dst)
 }
@@ -259,10 +260,14 @@ fn finish_device_copy(
 
 /// Copies a tree on `src` to one host allocation, after waiting on the
 /// producer's `sync_event`; returns the relocated tree and the host memory.
+/// The allocation is lent by `staging` where there is one (reused memory:
+/// every byte of the returned tree's buffers is written here, see
+/// `array::staging`), fresh otherwise.
 pub(crate) fn device_to_host(
     node: &Node,
     src: &DeviceRef,
     sync_event: &SyncEvent,
+    staging: Option<&HostStaging>,
 ) -> Result<(Node, Buffer)> {
     let mut node = node.trimmed();
     let stream = src.create_stream()?;
@@ -270,9 +275,10 @@ pub(crate) fn device_to_host(
     narrow_string_data(&mut node, src, &stream)?;
     let node = &node;
     let (offsets, total) = plan(node, Some(src.as_ref()))?;
-    // Faulted in beforehand (and in parallel) when large: a copy into fresh
-    // pageable memory takes its page faults serially, inside the driver.
-    let mut host = super::host_memory::HostAllocation::zeroed(total)?;
+    // Fresh memory is faulted in beforehand (and in parallel) when large: a
+    // copy into fresh pageable memory takes its page faults serially,
+    // inside the driver. Lent memory was touched by an earlier copy.
+    let mut host = HostTarget::acquire(total, src.as_ref(), staging)?;
     let base = host.as_mut_ptr();
     let mut copied = relocate(node, &offsets, base);
     let result = for_each_pair(node, &copied, |from, to| {
@@ -282,15 +288,15 @@ pub(crate) fn device_to_host(
     });
     if let Err(e) = src.synchronize_stream(&stream) {
         // The copies' end is unknown: leak the destination, never free it
-        // under them.
-        std::mem::forget(host);
+        // (or lend it again) under them.
+        host.leak();
         return Err(e);
     }
     result?;
     // SAFETY: the copies have completed; `copied` describes `host`, which
     // nothing else references yet.
     unsafe { rebase_narrowed_offsets(&mut copied) };
-    Ok((copied, Buffer::from(host)))
+    Ok((copied, host.into_buffer()))
 }
 
 /// String and binary data buffers above this size are narrowed to the bytes

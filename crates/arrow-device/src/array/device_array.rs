@@ -43,6 +43,7 @@ use crate::array::import::Importer;
 use crate::array::layout;
 use crate::array::node::{wrap_owned, Node, RawBuf};
 use crate::array::owner::Owner;
+use crate::array::HostStaging;
 use crate::device::{self, DeviceRef, SyncEvent};
 use crate::error::{Error, Path, Result};
 use crate::validate::{self, ValidationLevel};
@@ -495,21 +496,35 @@ impl DeviceArray {
     /// arrow-rs' `validate_full` before handing data from an untrusted
     /// producer, imported at a lower level, to a kernel.
     pub fn to_host(&self) -> Result<ArrayRef> {
+        self.to_host_with(None)
+    }
+
+    /// [`DeviceArray::to_host`], copying into memory that `staging` lends
+    /// (and takes back once the result and everything sliced or cloned from
+    /// it are dropped) instead of fresh memory: for a stream of batches.
+    /// Host-accessible memory is wrapped as by `to_host`, without a copy.
+    pub fn to_host_staged(&self, staging: &HostStaging) -> Result<ArrayRef> {
+        self.to_host_with(Some(staging))
+    }
+
+    fn to_host_with(&self, staging: Option<&HostStaging>) -> Result<ArrayRef> {
         if !self.structure_known() {
-            let data = self.host_data()?;
+            let data = self.host_data(staging)?;
             validate::structure(&data, &Path::root())?;
             return Ok(make_array(data));
         }
         // SAFETY: the structure was checked (above); the wrapped buffers are
         // the host's (see `on_host`).
-        self.on_host(|node, mut wrap| unsafe { node.to_array(&mut wrap) })
+        self.on_host(staging, |node, mut wrap| unsafe {
+            node.to_array(&mut wrap)
+        })
     }
 
     /// [`DeviceArray::to_host`] with every value checked first
     /// (`validate::full`, once per tree): what this crate hands to an
     /// arrow-rs kernel, since kernels trust their input.
     pub(crate) fn to_host_checked(&self) -> Result<ArrayRef> {
-        let data = self.host_data()?;
+        let data = self.host_data(None)?;
         self.check_values(&data)?;
         Ok(make_array(data))
     }
@@ -536,25 +551,30 @@ impl DeviceArray {
         self.storage.values_checked.load(Ordering::Acquire)
     }
 
-    /// The tree as arrow-rs data, waited on, copied to the host if needed;
-    /// no check beyond the import's.
+    /// The tree as arrow-rs data, waited on, copied to the host (into
+    /// memory `staging` lends, where given) if needed; no check beyond the
+    /// import's.
     // Inlined: a returned `ArrayData` is otherwise moved (memcpy) on the
     // import hot path, measurable on a single small array.
     #[inline(always)]
-    fn host_data(&self) -> Result<ArrayData> {
+    fn host_data(&self, staging: Option<&HostStaging>) -> Result<ArrayData> {
         // SAFETY: `on_host` hands over host buffers of a tree that passed
         // import validation.
-        self.on_host(|node, mut wrap| unsafe { node.to_array_data(&mut wrap) })
+        self.on_host(staging, |node, mut wrap| unsafe {
+            node.to_array_data(&mut wrap)
+        })
     }
 
     /// Runs `build` on the tree in host memory (waited on, copied to the
-    /// host if needed), with `wrap` turning each of its buffers into an
-    /// arrow-rs buffer that keeps the memory alive. `build` may assume that
-    /// the node's buffers are host-accessible for their sizes while the
-    /// wrapped buffers live, and that the tree passed import validation.
+    /// host if needed, into memory `staging` lends where given), with
+    /// `wrap` turning each of its buffers into an arrow-rs buffer that
+    /// keeps the memory alive. `build` may assume that the node's buffers
+    /// are host-accessible for their sizes while the wrapped buffers live,
+    /// and that the tree passed import validation.
     #[inline(always)]
     fn on_host<T>(
         &self,
+        staging: Option<&HostStaging>,
         build: impl FnOnce(&Node, &mut dyn FnMut(RawBuf) -> Buffer) -> Result<T>,
     ) -> Result<T> {
         let device = self.require_device()?;
@@ -566,7 +586,7 @@ impl DeviceArray {
             build(self.node(), &mut |b| unsafe { wrap_owned(b, &owner) })
         } else {
             let (host_node, memory) =
-                copy::device_to_host(self.node(), device, &self.storage.sync)?;
+                copy::device_to_host(self.node(), device, &self.storage.sync, staging)?;
             let base = memory.as_ptr() as usize;
             // Every buffer of `host_node` lies inside `memory`, which each
             // slice keeps alive.
@@ -579,6 +599,20 @@ impl DeviceArray {
     /// Copies a struct array to the host as a record batch; the schema's
     /// metadata comes from the struct's field metadata.
     pub fn to_record_batch(&self) -> Result<RecordBatch> {
+        self.record_batch_with(None)
+    }
+
+    /// [`DeviceArray::to_record_batch`], copying into memory that `staging`
+    /// lends (and takes back once the batch and every column, clone or
+    /// slice of it are dropped) instead of fresh memory: what a server that
+    /// encodes a stream's batches on the host calls per batch.
+    /// Host-accessible memory is wrapped as by `to_record_batch`, without a
+    /// copy.
+    pub fn to_record_batch_staged(&self, staging: &HostStaging) -> Result<RecordBatch> {
+        self.record_batch_with(Some(staging))
+    }
+
+    fn record_batch_with(&self, staging: Option<&HostStaging>) -> Result<RecordBatch> {
         let DataType::Struct(fields) = self.data_type() else {
             return Err(not_a_record_batch(self.data_type()));
         };
@@ -586,18 +620,26 @@ impl DeviceArray {
             fields.clone(),
             self.field().metadata().clone(),
         ));
-        self.to_record_batch_with_schema(schema)
+        self.record_batch_on_host(schema, staging)
     }
 
     /// As [`DeviceArray::to_record_batch`], with a schema the caller already
     /// has (a stream's): no schema is built per batch.
     pub(crate) fn to_record_batch_with_schema(&self, schema: SchemaRef) -> Result<RecordBatch> {
+        self.record_batch_on_host(schema, None)
+    }
+
+    fn record_batch_on_host(
+        &self,
+        schema: SchemaRef,
+        staging: Option<&HostStaging>,
+    ) -> Result<RecordBatch> {
         if !matches!(self.data_type(), DataType::Struct(_)) {
             return Err(not_a_record_batch(self.data_type()));
         }
         let (columns, nulls) = if !self.structure_known() {
             // Through `to_host`, which checks the structure first.
-            let array = self.to_host()?;
+            let array = self.to_host_with(staging)?;
             let Some(struct_array) = array.as_any().downcast_ref::<StructArray>() else {
                 return Err(Error::NotSupported("struct array expected".into()));
             };
@@ -609,7 +651,9 @@ impl DeviceArray {
             // The columns straight from the tree, without a struct array.
             // SAFETY: the structure was checked; `on_host` hands over host
             // buffers.
-            self.on_host(|node, mut wrap| unsafe { node.struct_columns(&mut wrap) })?
+            self.on_host(staging, |node, mut wrap| unsafe {
+                node.struct_columns(&mut wrap)
+            })?
         };
         if nulls.is_some_and(|n| n.null_count() > 0) {
             return Err(Error::invalid(
@@ -636,7 +680,8 @@ impl DeviceArray {
                 self.storage.sync.wait_host(src.as_ref())?;
                 (self.node().clone(), self.storage.clone())
             } else {
-                let (node, memory) = copy::device_to_host(self.node(), src, &self.storage.sync)?;
+                let (node, memory) =
+                    copy::device_to_host(self.node(), src, &self.storage.sync, None)?;
                 (node, Arc::new(memory))
             };
             // SAFETY: no event.
@@ -892,7 +937,7 @@ impl DeviceArray {
             return Ok(());
         }
         // Zero-copy on host-accessible memory, after the producer's event.
-        let data = self.host_data()?;
+        let data = self.host_data(None)?;
         self.check_values(&data)
     }
 }

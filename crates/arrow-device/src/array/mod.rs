@@ -4,6 +4,8 @@
 //! * [`export`](export_array): arrow-rs → C structs (zero-copy on the CPU).
 //! * [`DeviceArray`]: C structs → an owned, validated, device-aware handle.
 //! * `layout`: the buffer rules of every type, shared by both directions.
+//! * [`HostStaging`]: host memory that copies to the host reuse, batch
+//!   after batch.
 //!
 //! ```
 //! use arrow_array::{Array, ListArray, types::Int32Type};
@@ -32,8 +34,10 @@ pub(crate) mod layout;
 pub(crate) mod node;
 pub(crate) mod owner;
 mod represent;
+mod staging;
 
 pub(crate) use device_array::HandOn;
 pub use device_array::{BufferInfo, DeviceArray};
 pub use export::{export_array, export_array_to, export_record_batch, export_record_batch_to};
 pub use represent::{check_representation, same_data};
+pub use staging::HostStaging;
