@@ -92,7 +92,7 @@ build_kit() {
 
     echo "== Rust test binaries (release, --features cuda)" >&2
     cargo test -p arrow-device --features cuda --release --no-run --lib --test cuda_gpu \
-        --test cuda_interop_gpu --test cuda_share \
+        --test cuda_interop_gpu --test cuda_share --test staging \
         --message-format=json >"$log" || die "building the test binaries failed"
     local name kind exe
     while read -r name kind exe; do
@@ -105,6 +105,13 @@ build_kit() {
     [ -x "$kit/bin/cuda_gpu" ] || die "no cuda_gpu test executable in $log"
     [ -x "$kit/bin/cuda_interop_gpu" ] || die "no cuda_interop_gpu test executable in $log"
     [ -x "$kit/bin/cuda_share" ] || die "no cuda_share test executable in $log"
+    [ -x "$kit/bin/staging" ] || die "no staging test executable in $log"
+    # Arrow Flight onto and from the GPU (crates/arrow-device-flight).
+    cargo test -p arrow-device-flight --features cuda --release --no-run --test cuda \
+        --message-format=json >"$log" || die "building the Flight GPU tests failed"
+    exe=$(executables "$log" | awk '$1 == "cuda" && $2 == "test" { print $3 }')
+    [ -n "$exe" ] || die "no Flight cuda test executable in $log"
+    strip_into "$exe" "$kit/bin/flight_cuda"
 
     # The golden IPC streams live beside the checkout, which travels alone
     # to a lent GPU machine: the Python suite reads this copy there.
@@ -398,9 +405,13 @@ run_suite() {
         env -C crates/arrow-device "../../$kit/bin/cuda_interop_gpu" --test-threads=1 --show-output
     step "Rust GPU tests (tests/cuda_share.rs)" 120 check_rust_tests \
         env -C crates/arrow-device "../../$kit/bin/cuda_share" --test-threads=1 --show-output
+    step "Rust GPU tests (tests/staging.rs: pinned staging)" 60 check_rust_tests \
+        env -C crates/arrow-device "../../$kit/bin/staging" --test-threads=1 --show-output
     if [ -d "$kit/golden" ] && [ ! -d ../shared/golden ]; then
         export ARROW_DEVICE_GOLDEN_DIR="$root/$kit/golden"
     fi
+    step "Rust GPU tests (arrow-device-flight tests/cuda.rs)" 120 check_rust_tests \
+        env -C crates/arrow-device-flight "../../$kit/bin/flight_cuda" --test-threads=1 --show-output
     step "Python GPU tests" 150 check_pytest \
         "$python" -m pytest -q -rs -p no:cacheprovider crates/arrow-device-python/tests/test_cuda_gpu.py
     step "CLI on the GPU" 90 "" "$kit/bin/arrow-device" --device cuda --no-progress

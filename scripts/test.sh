@@ -26,7 +26,10 @@ cargo test -p arrow-device --features cuda --locked --test cuda_absent
 # GPU fails here instead.
 LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_GPU=1 ARROW_DEVICE_REQUIRE_STANDIN=1 \
     cargo test -p arrow-device --features cuda --locked --lib \
-    --test cuda_gpu --test cuda_interop_gpu --test cuda_faults --test cuda_share
+    --test cuda_gpu --test cuda_interop_gpu --test cuda_faults --test cuda_share --test staging
+# Arrow Flight from and onto the CUDA devices (pinned staging included).
+LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_GPU=1 ARROW_DEVICE_REQUIRE_STANDIN=1 \
+    cargo test -p arrow-device-flight --features cuda --locked --test cuda
 # The committed PTX is what convert.cu compiles to, and ptxas accepts it.
 bash scripts/check-ptx.sh
 

@@ -78,6 +78,12 @@ pub enum Error {
     /// (`crate::share`).
     #[error("sharing between processes: {0}")]
     Share(String),
+    /// A remote peer or the network between us failed: a connection that
+    /// could not be made or broke, a status the peer returned, or a message
+    /// it sent that does not decode (`arrow-device-flight`). The message
+    /// names the peer and what was expected.
+    #[error("remote: {0}")]
+    Remote(String),
     /// A panic was caught at an `extern "C"` boundary.
     #[error("internal error (panic caught at the FFI boundary): {0}")]
     Panic(String),
@@ -115,7 +121,9 @@ impl Error {
             Error::Arrow(ArrowError::IoError(..)) => libc::EIO,
             Error::Arrow(_) => libc::EINVAL,
             Error::Producer { code, .. } | Error::Consumer { code, .. } => *code,
-            Error::Device { .. } | Error::Share(_) | Error::Panic(_) => libc::EIO,
+            Error::Device { .. } | Error::Share(_) | Error::Remote(_) | Error::Panic(_) => {
+                libc::EIO
+            }
         }
     }
 
