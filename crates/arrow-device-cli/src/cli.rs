@@ -25,10 +25,13 @@ Examples:
   arrow-device big.arrow --stream --batch-rows 16384
   cat data.arrows | arrow-device -            an IPC stream from standard input
 
-Checking a producer (a separate command, see `arrow-device check --help`):
+Other commands (each has its own --help):
   arrow-device check --lib ./libproducer.so --symbol NAME [--stream]
-A first argument of exactly `check` runs it; read a data file named `check`
-as ./check.
+                                              check a producer in a shared library
+  arrow-device serve [FILE ...] --listen ADDR serve files over Arrow Flight
+  arrow-device fetch LOCATION TICKET          fetch a Flight dataset onto a device
+A first argument of exactly `check`, `serve` or `fetch` runs that command;
+read a data file of one of those names as ./check, ./serve or ./fetch.
 
 Exit codes: 0 verified equal; 1 input, stage or comparison failure; 2 usage error.";
 
@@ -46,8 +49,9 @@ pub struct Args {
     /// bytes); `-` reads standard input. A pipe or FIFO (a piped standard
     /// input too) can carry an IPC stream only: the other two formats are
     /// read by seeking, which needs a regular file. Without it, an embedded
-    /// dataset of mixed types is generated. A file named `check` is given
-    /// as `./check` (`check` first runs `arrow-device check`).
+    /// dataset of mixed types is generated. A file named `check`, `serve`
+    /// or `fetch` is given as `./check` (a first argument of exactly one of
+    /// them runs that command).
     pub file: Option<PathBuf>,
 
     /// Device to export onto: cpu, emulated[:N] or cuda[:N] (N defaults to
@@ -93,7 +97,7 @@ pub struct Args {
 }
 
 /// `--batch-rows`: a positive number of rows.
-fn parse_batch_rows(s: &str) -> std::result::Result<usize, String> {
+pub(crate) fn parse_batch_rows(s: &str) -> std::result::Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("a batch needs at least 1 row".to_string()),
         Ok(n) => Ok(n),

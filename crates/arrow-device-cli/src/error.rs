@@ -34,6 +34,20 @@ pub enum CliError {
         /// The library's (or the C code's) message.
         message: String,
     },
+    /// An Arrow Flight call failed, or the server could not start
+    /// (`serve`, `fetch`); the message names the location, the call and
+    /// the gRPC status code.
+    Flight(arrow_device_flight::Error),
+    /// What `fetch` brought differs from the file given to `--verify`.
+    Differs {
+        /// The file.
+        file: PathBuf,
+        /// Index of the fetched batch, from 0; `None` when the difference
+        /// is no one batch's (the schema, rows missing at the end).
+        batch: Option<usize>,
+        /// Where and how they differ.
+        detail: String,
+    },
     /// The batch that came back differs from the one that went in.
     Mismatch {
         /// Index of the batch, from 0.
@@ -44,10 +58,16 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The process exit code: 2 for usage errors, 1 for everything else.
+    /// The process exit code: 2 for usage errors (a malformed Flight
+    /// location, or TLS options that do not fit it, included), 1 for
+    /// everything else.
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Usage(_) => 2,
+            CliError::Flight(
+                arrow_device_flight::Error::Location { .. }
+                | arrow_device_flight::Error::Config { .. },
+            ) => 2,
             _ => 1,
         }
     }
@@ -83,6 +103,21 @@ impl fmt::Display for CliError {
             CliError::Stream { stage, message } => {
                 write!(f, "stream: {stage} failed: {message}")
             }
+            CliError::Flight(e) => write!(f, "{e}"),
+            CliError::Differs {
+                file,
+                batch: Some(batch),
+                detail,
+            } => write!(f, "batch {batch} differs from {}: {detail}", file.display()),
+            CliError::Differs {
+                file,
+                batch: None,
+                detail,
+            } => write!(
+                f,
+                "the fetched data differs from {}: {detail}",
+                file.display()
+            ),
             CliError::Mismatch { batch, detail } => {
                 write!(
                     f,

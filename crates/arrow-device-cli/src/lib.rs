@@ -12,6 +12,8 @@
 //!
 //! `arrow-device check` ([`check`]) is a second command: it loads a
 //! producer from a shared library and runs the conformance checker on it.
+//! `arrow-device serve` and `arrow-device fetch` ([`flight`]) move the data
+//! over Arrow Flight instead: serve files, fetch a dataset onto a device.
 //!
 //! The library part exists so the integration tests and benchmarks can reuse
 //! the dataset generator; the command itself is `src/main.rs`.
@@ -20,6 +22,7 @@ pub mod check;
 pub mod cli;
 pub mod dataset;
 pub mod error;
+pub mod flight;
 pub mod handoff;
 pub mod input;
 pub mod pipeline;
@@ -28,6 +31,8 @@ pub mod relay;
 pub mod report;
 pub mod streaming;
 
+use std::ffi::OsStr;
+
 use arrow_device::abi::DeviceType;
 use arrow_device::ValidationLevel;
 
@@ -35,6 +40,32 @@ use crate::cli::{Args, DeviceSpec};
 use crate::error::Result;
 use crate::pipeline::{Pipeline, Totals};
 use crate::report::Report;
+
+/// The commands other than the round trip, each selected by a first
+/// argument of exactly its name.
+pub const SUBCOMMANDS: [&str; 3] = [
+    check::SUBCOMMAND,
+    flight::serve::SUBCOMMAND,
+    flight::fetch::SUBCOMMAND,
+];
+
+/// The command `argv` (program name first) runs, when its first argument
+/// is exactly one of [`SUBCOMMANDS`]; `None` runs the round trip, whose
+/// `FILE` may be any other word (a file named `serve` is `./serve`).
+///
+/// ```
+/// use arrow_device_cli::subcommand;
+///
+/// assert_eq!(subcommand(&["arrow-device", "fetch", "grpc://h:1", "t"]), Some("fetch"));
+/// assert_eq!(subcommand(&["arrow-device", "./serve"]), None);
+/// assert_eq!(subcommand(&["arrow-device", "--rows", "10", "check"]), None);
+/// ```
+pub fn subcommand<S: AsRef<OsStr>>(argv: &[S]) -> Option<&'static str> {
+    let first = argv.get(1)?.as_ref();
+    SUBCOMMANDS
+        .into_iter()
+        .find(|name| first == OsStr::new(name))
+}
 
 /// Runs the command for parsed `args`, returning the report to print.
 pub fn run(args: &Args) -> Result<Report> {

@@ -12,6 +12,7 @@ use arrow_array::{Array, RecordBatch};
 use arrow_data::ArrayData;
 use arrow_device::device::DeviceRef;
 use arrow_device::{DeviceArray, ValidationLevel};
+use arrow_schema::Schema;
 
 use crate::error::{CliError, Result};
 use crate::handoff::{self, HandoffCounts};
@@ -191,24 +192,8 @@ pub fn describe_difference(expected: &RecordBatch, found: &RecordBatch) -> Strin
         );
     }
     let (es, fs) = (expected.schema(), found.schema());
-    if es.fields().len() != fs.fields().len() {
-        return format!(
-            "expected {} columns, found {}",
-            es.fields().len(),
-            fs.fields().len()
-        );
-    }
-    for (e, f) in es.fields().iter().zip(fs.fields().iter()) {
-        if e != f {
-            return format!("column {:?}: expected field {e:?}, found {f:?}", e.name());
-        }
-    }
-    if es.metadata() != fs.metadata() {
-        return format!(
-            "schema metadata: expected {:?}, found {:?}",
-            es.metadata(),
-            fs.metadata()
-        );
+    if let Some(difference) = describe_schema_difference(&es, &fs) {
+        return difference;
     }
     for (i, field) in es.fields().iter().enumerate() {
         let (e, f) = (expected.column(i), found.column(i));
@@ -233,6 +218,34 @@ pub fn describe_difference(expected: &RecordBatch, found: &RecordBatch) -> Strin
         };
     }
     "the batches differ, but no column or field does (RecordBatch equality)".to_string()
+}
+
+/// The first difference between two schemas: the number of columns, the
+/// first differing field, or the metadata; `None` when they are equal.
+pub fn describe_schema_difference(expected: &Schema, found: &Schema) -> Option<String> {
+    if expected.fields().len() != found.fields().len() {
+        return Some(format!(
+            "expected {} columns, found {}",
+            expected.fields().len(),
+            found.fields().len()
+        ));
+    }
+    for (e, f) in expected.fields().iter().zip(found.fields().iter()) {
+        if e != f {
+            return Some(format!(
+                "column {:?}: expected field {e:?}, found {f:?}",
+                e.name()
+            ));
+        }
+    }
+    if expected.metadata() != found.metadata() {
+        return Some(format!(
+            "schema metadata: expected {:?}, found {:?}",
+            expected.metadata(),
+            found.metadata()
+        ));
+    }
+    None
 }
 
 fn short(s: &str) -> String {

@@ -28,7 +28,7 @@ impl Progress {
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
                 ),
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {human_pos} rows")
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {human_pos} rows {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             ),
         };
@@ -38,6 +38,12 @@ impl Progress {
     /// Adds `rows` rows done.
     pub fn advance(&self, rows: u64) {
         self.bar.inc(rows);
+    }
+
+    /// Shows `message` after the count (on a bar of unknown total: a
+    /// spinner), e.g. the batches so far.
+    pub fn set_message(&self, message: String) {
+        self.bar.set_message(message);
     }
 
     /// Clears the bar.

@@ -31,11 +31,13 @@ pub fn gb_per_s(bytes: u64, time: Duration) -> Option<f64> {
     (secs > 0.0).then(|| bytes as f64 / secs / 1e9)
 }
 
-fn millis(time: Duration) -> f64 {
+/// Milliseconds, for the tables.
+pub(crate) fn millis(time: Duration) -> f64 {
     time.as_secs_f64() * 1e3
 }
 
-fn human_bytes(bytes: u64) -> String {
+/// `bytes` in the largest binary unit that keeps the value at least 1.
+pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
