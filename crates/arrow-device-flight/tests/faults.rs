@@ -680,3 +680,77 @@ fn a_server_on_every_interface_is_named_by_loopback() {
         2
     );
 }
+
+/// Device arrays made on demand; its drop is the exported stream's
+/// release (the core's exporter drops the iterator in `release`).
+struct DeviceArrays {
+    inner: Counted,
+    device: DeviceRef,
+}
+
+impl Iterator for DeviceArrays {
+    type Item = arrow_device::Result<DeviceArray>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = self.inner.next()?.unwrap();
+        Some(DeviceArray::from_record_batch(&batch).to_device(&self.device))
+    }
+}
+
+#[test]
+fn every_served_device_stream_is_released_exactly_once() {
+    let counters = Counters::default();
+    let device = emulated(Duration::from_millis(1));
+    let source = {
+        let counters = counters.clone();
+        Source::new(move || {
+            counters.opened.fetch_add(1, Ordering::SeqCst);
+            let arrays = DeviceArrays {
+                inner: Counted {
+                    next: 0,
+                    count: 50,
+                    rows: 64,
+                    made: counters.made.clone(),
+                    dropped: counters.dropped.clone(),
+                },
+                device: device.clone(),
+            };
+            let field = Field::new("", DataType::Struct(schema().fields().clone()), false);
+            let stream = export_device_arrays(field, DeviceType::EXT_DEV, arrays)?;
+            // SAFETY: the core's own exporter.
+            let reader = unsafe { DeviceStreamReader::try_new(stream, ValidationLevel::Full) }?;
+            Batches::device(reader)
+        })
+    };
+    let server = FlightServer::builder()
+        .source("d", source)
+        .spawn("127.0.0.1:0")
+        .unwrap();
+    let location = server.location();
+    // Listing opens the source once for its schema, and releases it.
+    list_flights(&location, &ClientOptions::default()).unwrap();
+    assert!(eventually(|| counters.dropped.load(Ordering::SeqCst) == 1));
+    // Read whole, twice.
+    for _ in 0..2 {
+        assert_eq!(
+            fetch_all(&location, "d", &ClientOptions::default())
+                .unwrap()
+                .len(),
+            50
+        );
+    }
+    // Read in part, then the client goes away.
+    let mut reader = fetch(&location, "d", &cpu(), &ClientOptions::default()).unwrap();
+    reader.next().unwrap().unwrap();
+    drop(reader);
+    assert!(eventually(|| counters.dropped.load(Ordering::SeqCst) == 4));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(counters.opened.load(Ordering::SeqCst), 4);
+    assert_eq!(
+        counters.dropped.load(Ordering::SeqCst),
+        4,
+        "released exactly once each"
+    );
+    assert!(eventually(
+        || server.active_requests() == 0 && server.held_batches() == 0
+    ));
+}
