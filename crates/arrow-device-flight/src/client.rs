@@ -2,7 +2,7 @@
 //! you choose, [`put`] any stream to a server, list what a server has.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic_prost::ProstCodec;
 
-use crate::error::{Error, Result};
+use crate::error::{chain, Error, Result};
 use crate::location::Location;
 use crate::pipeline::{self, Counts, Decoded, Landed};
 use crate::runtime;
@@ -274,21 +274,31 @@ impl Client {
         );
         let local_error: Arc<Mutex<Option<arrow_device::Error>>> = Arc::default();
         let sent = Arc::new(SentCounts::default());
+        // Set once the source is exhausted (its channel ended); a server
+        // that answers before then stopped reading early.
+        let exhausted = Arc::new(AtomicBool::new(false));
         let body = {
             let sent = sent.clone();
             let local_error = local_error.clone();
-            pipeline::receiver_stream(staged).map(move |staged| match staged {
-                Ok(encoded) => {
-                    sent.batches.fetch_add(1, Ordering::Relaxed);
-                    sent.rows.fetch_add(encoded.rows, Ordering::Relaxed);
-                    Ok(encoded)
-                }
-                Err(e) => {
-                    let message = e.to_string();
-                    *local_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    Err(message)
-                }
-            })
+            let exhausted = exhausted.clone();
+            let at_end = futures_util::stream::poll_fn(move |_| {
+                exhausted.store(true, Ordering::Release);
+                Poll::Ready(None)
+            });
+            pipeline::receiver_stream(staged)
+                .chain(at_end)
+                .map(move |staged| match staged {
+                    Ok(encoded) => {
+                        sent.batches.fetch_add(1, Ordering::Relaxed);
+                        sent.rows.fetch_add(encoded.rows, Ordering::Relaxed);
+                        Ok(encoded)
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        *local_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        Err(message)
+                    }
+                })
         };
         let uploads = futures_util::stream::once(std::future::ready(Upload::Data(first))).chain(
             body.flat_map(|item| {
@@ -330,10 +340,12 @@ impl Client {
         if let Some(e) = local_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(Error::Device(e));
         }
+        let app_metadata = outcome?;
         Ok(PutSummary {
             batches: sent.batches.load(Ordering::Relaxed),
             rows: sent.rows.load(Ordering::Relaxed),
-            app_metadata: outcome?,
+            complete: exhausted.load(Ordering::Acquire),
+            app_metadata,
         })
     }
 }
@@ -396,6 +408,10 @@ pub struct PutSummary {
     pub batches: usize,
     /// Rows sent.
     pub rows: usize,
+    /// Whether the whole source was sent. `false` when the server answered
+    /// (successfully) before the end: its sink stopped reading early, and
+    /// `batches` and `rows` count what was sent by then.
+    pub complete: bool,
     /// The `app_metadata` of each `PutResult` the server sent.
     pub app_metadata: Vec<Bytes>,
 }
@@ -464,6 +480,26 @@ pub struct FetchStats {
     pub elapsed: Duration,
 }
 
+/// The accessors both forms of a fetch share.
+macro_rules! fetched_accessors {
+    () => {
+        /// The dataset's schema.
+        pub fn schema(&self) -> SchemaRef {
+            self.fetched.schema.clone()
+        }
+
+        /// The device the batches land on.
+        pub fn device(&self) -> &DeviceRef {
+            &self.fetched.device
+        }
+
+        /// What the fetch has done so far.
+        pub fn stats(&self) -> FetchStats {
+            self.fetched.stats()
+        }
+    };
+}
+
 /// A remote dataset arriving on a device, as an async stream of struct
 /// arrays (record batches), each with its own `sync_event`.
 ///
@@ -475,20 +511,7 @@ pub struct DeviceBatchStream {
 }
 
 impl DeviceBatchStream {
-    /// The dataset's schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.fetched.schema.clone()
-    }
-
-    /// The device the batches land on.
-    pub fn device(&self) -> &DeviceRef {
-        &self.fetched.device
-    }
-
-    /// What the fetch has done so far.
-    pub fn stats(&self) -> FetchStats {
-        self.fetched.stats()
-    }
+    fetched_accessors!();
 }
 
 impl futures_core::Stream for DeviceBatchStream {
@@ -542,20 +565,7 @@ impl DeviceBatches {
         }
     }
 
-    /// The dataset's schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.fetched.schema.clone()
-    }
-
-    /// The device the batches land on.
-    pub fn device(&self) -> &DeviceRef {
-        &self.fetched.device
-    }
-
-    /// What the fetch has done so far.
-    pub fn stats(&self) -> FetchStats {
-        self.fetched.stats()
-    }
+    fetched_accessors!();
 
     /// The batches as a C device stream (`ArrowDeviceArrayStream`) of the
     /// device's type: a C or Python consumer reads the remote dataset as a
@@ -665,20 +675,4 @@ pub fn list_flights(location: &str, options: &ClientOptions) -> Result<Vec<Fligh
             .list_flights()
             .await
     })?
-}
-
-/// An error with its chain of causes, `a: b: c` (tonic's transport errors
-/// keep the useful part, "connection refused", two levels down).
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

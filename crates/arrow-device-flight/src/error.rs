@@ -135,17 +135,29 @@ impl Error {
 /// A status's message, with the transport error under it when tonic made
 /// the status from one (a broken connection says why).
 fn status_message(status: &tonic::Status) -> String {
-    let mut message = status.message().to_string();
-    let mut source = std::error::Error::source(status);
+    with_causes(
+        status.message().to_string(),
+        std::error::Error::source(status),
+    )
+}
+
+/// An error with its chain of causes, `a: b: c` (tonic's transport errors
+/// keep the useful part, "connection refused", two levels down).
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    with_causes(error.to_string(), error.source())
+}
+
+/// `text`, then each cause that it does not already say.
+fn with_causes(mut text: String, mut source: Option<&dyn std::error::Error>) -> String {
     while let Some(cause) = source {
         let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
         }
         source = cause.source();
     }
-    message
+    text
 }
 
 impl From<Error> for arrow_device::Error {

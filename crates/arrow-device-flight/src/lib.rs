@@ -78,6 +78,7 @@ pub use client::{
     DeviceBatches, FetchStats, PutSummary,
 };
 pub use error::{code_name, Error, Result};
+pub use location::Location;
 pub use server::{
     DeviceFlightService, FlightServer, FlightServerBuilder, ServerTls, Sink, Stopper,
 };

@@ -8,19 +8,21 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 use crate::error::{Error, Result};
 
-/// A parsed location: where to connect, and whether with TLS.
+/// A parsed location: where to connect (or bind), and whether with TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Location {
+pub struct Location {
     /// As the user wrote it (for messages).
-    pub text: String,
+    pub(crate) text: String,
     /// `host:port`.
-    pub authority: String,
+    pub(crate) authority: String,
     /// The host alone (TLS checks the certificate against it).
-    pub host: String,
-    pub tls: bool,
+    pub(crate) host: String,
+    pub(crate) tls: bool,
 }
 
 impl Location {
+    /// Parses `grpc://HOST:PORT`, `grpc+tcp://HOST:PORT` or
+    /// `grpc+tls://HOST:PORT`; the error says what is wrong.
     pub fn parse(text: &str) -> Result<Location> {
         let bad = |message: &str| Error::Location {
             location: text.to_string(),
@@ -66,9 +68,23 @@ impl Location {
         })
     }
 
+    /// `HOST:PORT`, as a server binds it.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// Whether the location asks for TLS (`grpc+tls://`).
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
     /// The endpoint tonic connects to, with TLS configured when the
     /// location asks for it.
-    pub fn endpoint(&self, tls_root: Option<&[u8]>, connect_timeout: Duration) -> Result<Endpoint> {
+    pub(crate) fn endpoint(
+        &self,
+        tls_root: Option<&[u8]>,
+        connect_timeout: Duration,
+    ) -> Result<Endpoint> {
         let scheme = if self.tls { "https" } else { "http" };
         let uri = format!("{scheme}://{}", self.authority);
         let endpoint = Endpoint::from_shared(uri).map_err(|e| Error::Location {
@@ -101,7 +117,7 @@ impl Location {
         };
         endpoint.tls_config(config).map_err(|e| Error::Location {
             location: self.text.clone(),
-            message: format!("TLS configuration: {}", crate::client::chain(&e)),
+            message: format!("TLS configuration: {}", crate::error::chain(&e)),
         })
     }
 }

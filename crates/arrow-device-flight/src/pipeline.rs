@@ -287,16 +287,55 @@ fn conform(schema: &SchemaRef, batch: RecordBatch) -> arrow_device::Result<Recor
     )?)
 }
 
+/// `error` with the batch index added to its message; its kind (and so
+/// its errno and Python exception) is kept.
 fn at_batch(index: usize, error: arrow_device::Error) -> arrow_device::Error {
+    use arrow_device::Error as E;
+    let at = |message: String| format!("batch {index}: {message}");
     match error {
-        arrow_device::Error::Invalid { path, message } => arrow_device::Error::Invalid {
+        E::Invalid { path, message } => E::Invalid {
             path: format!("batch {index} > {path}"),
             message,
         },
-        arrow_device::Error::Remote(m) => {
-            arrow_device::Error::Remote(format!("batch {index}: {m}"))
+        E::NotSupported(m) => E::NotSupported(at(m)),
+        E::OutOfRange(m) => E::OutOfRange(at(m)),
+        E::Device {
+            device_type,
+            device_id,
+            message,
+        } => E::Device {
+            device_type,
+            device_id,
+            message: at(message),
+        },
+        E::Producer { code, message } => E::Producer {
+            code,
+            message: at(message),
+        },
+        E::Consumer { code, message } => E::Consumer {
+            code,
+            message: at(message),
+        },
+        E::Share(m) => E::Share(at(m)),
+        E::Remote(m) => E::Remote(at(m)),
+        E::Panic(m) => E::Panic(at(m)),
+        // arrow-rs' own errors are invalid input here (EINVAL and
+        // ValueError alike), except the three kinds with errnos of their
+        // own, kept.
+        E::Arrow(arrow_schema::ArrowError::IoError(m, source)) => {
+            E::Arrow(arrow_schema::ArrowError::IoError(at(m), source))
         }
-        other => arrow_device::Error::Remote(format!("batch {index}: {other}")),
+        E::Arrow(arrow_schema::ArrowError::MemoryError(m)) => {
+            E::Arrow(arrow_schema::ArrowError::MemoryError(at(m)))
+        }
+        E::Arrow(arrow_schema::ArrowError::NotYetImplemented(m)) => {
+            E::Arrow(arrow_schema::ArrowError::NotYetImplemented(at(m)))
+        }
+        E::Arrow(other) => E::Invalid {
+            path: format!("batch {index}"),
+            message: other.to_string(),
+        },
+        other => E::Remote(at(other.to_string())),
     }
 }
 

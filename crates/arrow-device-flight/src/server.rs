@@ -26,8 +26,8 @@ use futures_util::{FutureExt, StreamExt};
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::client::{chain, DeviceBatches};
-use crate::error::{Error, Result};
+use crate::client::DeviceBatches;
+use crate::error::{chain, Error, Result};
 use crate::pipeline::{self, Counts, Decoded};
 use crate::runtime;
 use crate::source::Source;
@@ -532,9 +532,15 @@ impl FlightService for DeviceFlightService {
     ) -> std::result::Result<Response<Self::ListFlightsStream>, Status> {
         guarded(async {
             self.inner.authorize(&request)?;
+            // A source whose schema cannot be learnt (its factory fails)
+            // is left out of the listing rather than failing it: the
+            // others are still there, and a `do_get` or `get_flight_info`
+            // of that one reports its error.
             let mut infos = Vec::new();
             for name in self.inner.sources.keys() {
-                let schema = self.inner.schema(name).await?;
+                let Ok(schema) = self.inner.schema(name).await else {
+                    continue;
+                };
                 infos.push(Ok(self.inner.flight_info(name, &schema)?));
             }
             Ok(Response::new(futures_util::stream::iter(infos).boxed()))

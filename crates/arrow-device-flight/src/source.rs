@@ -193,6 +193,16 @@ impl Source {
         }
     }
 
+    /// Gives the schema up front, so that listings (`list_flights`,
+    /// `get_flight_info`, `get_schema`) do not open the source to learn it.
+    /// A stream opened later with another schema is served with its own.
+    pub fn with_schema(self, schema: SchemaRef) -> Source {
+        if let SourceInner::Factory { schema: known, .. } = &*self.inner {
+            *known.lock().unwrap_or_else(|p| p.into_inner()) = Some(schema);
+        }
+        self
+    }
+
     /// A stream that is served to the first `do_get` only; later ones are
     /// refused with `FAILED_PRECONDITION`. Listings still show its schema.
     pub fn once(batches: Batches) -> Source {

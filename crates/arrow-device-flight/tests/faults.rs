@@ -594,7 +594,10 @@ fn uploads_no_sink_a_failing_sink_and_a_failing_source() {
         &ClientOptions::default(),
     )
     .unwrap();
-    assert_eq!((summary.batches, summary.rows), (1, 4));
+    assert_eq!(
+        (summary.batches, summary.rows, summary.complete),
+        (1, 4, true)
+    );
     assert!(received
         .lock()
         .unwrap()
@@ -753,4 +756,107 @@ fn every_served_device_stream_is_released_exactly_once() {
     assert!(eventually(
         || server.active_requests() == 0 && server.held_batches() == 0
     ));
+}
+
+#[test]
+fn a_listing_leaves_out_a_source_that_fails_to_open_and_with_schema_spares_the_factory() {
+    let opened = Arc::new(AtomicUsize::new(0));
+    let counted = {
+        let opened = opened.clone();
+        Source::new(move || {
+            opened.fetch_add(1, Ordering::SeqCst);
+            Ok(Batches::host(host_reader(schema(), vec![batch(0, 1)])))
+        })
+        .with_schema(schema())
+    };
+    let server = FlightServer::builder()
+        .source(
+            "broken",
+            Source::new(|| Err(Error::External("no such table".into()))),
+        )
+        .source("known", counted)
+        .spawn("127.0.0.1:0")
+        .unwrap();
+    let flights = list_flights(&server.location(), &ClientOptions::default()).unwrap();
+    let names: Vec<_> = flights
+        .iter()
+        .map(|f| f.flight_descriptor.as_ref().unwrap().path.clone())
+        .collect();
+    assert_eq!(names, vec![vec!["known".to_string()]]);
+    assert_eq!(
+        opened.load(Ordering::SeqCst),
+        0,
+        "the listing opened the source"
+    );
+    let e = fetch(
+        &server.location(),
+        "broken",
+        &cpu(),
+        &ClientOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("source \"broken\" failed to open: no such table"),
+        "{e}"
+    );
+    assert_eq!(
+        fetch_all(&server.location(), "known", &ClientOptions::default())
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(opened.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_source_error_keeps_its_kind_with_the_batch_index() {
+    let server = FlightServer::builder()
+        .source(
+            "flaky",
+            Source::new(|| {
+                let batches = (0..3).map(|i| {
+                    if i == 2 {
+                        Err(arrow_schema::ArrowError::IoError(
+                            "the disk went away".into(),
+                            std::io::Error::other("EIO"),
+                        ))
+                    } else {
+                        Ok(batch(0, 1))
+                    }
+                });
+                Ok(Batches::host(arrow_array::RecordBatchIterator::new(
+                    batches,
+                    schema(),
+                )))
+            }),
+        )
+        .spawn("127.0.0.1:0")
+        .unwrap();
+    let e = fetch_all(&server.location(), "flaky", &ClientOptions::default()).unwrap_err();
+    assert!(
+        e.contains("source \"flaky\": Io error: batch 2: the disk went away"),
+        "{e}"
+    );
+    // A local source's error on upload is the source's own, kind and all.
+    let failing = (0..2).map(|i| {
+        if i == 1 {
+            Err(arrow_schema::ArrowError::MemoryError("out of room".into()))
+        } else {
+            Ok(batch(0, 1))
+        }
+    });
+    let e = put(
+        &server.location(),
+        "x",
+        Batches::host(arrow_array::RecordBatchIterator::new(failing, schema())),
+        &ClientOptions::default(),
+    )
+    .unwrap_err();
+    match e {
+        Error::Device(arrow_device::Error::Arrow(arrow_schema::ArrowError::MemoryError(m))) => {
+            assert_eq!(m, "batch 1: out of room")
+        }
+        other => panic!("{other:?}"),
+    }
 }

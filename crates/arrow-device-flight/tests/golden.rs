@@ -120,6 +120,7 @@ fn every_golden_stream_uploaded_to_a_sink_on_the_emulated_device() {
             let summary = put(&server.location(), &g.name, batches, &options)
                 .unwrap_or_else(|e| panic!("{}: {e}", g.name));
             assert_eq!(summary.batches, g.batches.len(), "{}", g.name);
+            assert!(summary.complete, "{}", g.name);
             let rows: usize = g.batches.iter().map(RecordBatch::num_rows).sum();
             assert_eq!(summary.rows, rows, "{}", g.name);
             assert_eq!(
