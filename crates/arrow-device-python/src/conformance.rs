@@ -552,13 +552,19 @@ pub fn _conformance_compare(
 }
 
 /// Configures the process-wide emulated devices (a `check_consumer` worker
-/// runs them strict and delayed).
+/// runs them strict and delayed); returns the configuration it replaced,
+/// `(strict, delay_us)`, so that a test can put it back.
 #[pyfunction]
-pub fn _conformance_emulate(strict: bool, delay_ms: u64) {
+#[pyo3(signature = (strict, delay_ms, *, delay_us = 0))]
+pub fn _conformance_emulate(strict: bool, delay_ms: u64, delay_us: u64) -> (bool, u64) {
+    let previous = EmulatedDevice::global_config();
     EmulatedDevice::set_global_config(EmulatedConfig {
         strict,
-        delay: std::time::Duration::from_millis(delay_ms),
+        delay: std::time::Duration::from_millis(delay_ms)
+            + std::time::Duration::from_micros(delay_us),
     });
+    let previous_us = u64::try_from(previous.delay.as_micros()).unwrap_or(u64::MAX);
+    (previous.strict, previous_us)
 }
 
 /// The rule catalogue: `(id, section, summary, advisory)` per check id.

@@ -14,15 +14,27 @@ use pyo3::PyErr;
 /// * `TypeError`: a valid request that this kind of data or device cannot
 ///   serve (for example a device copy of an opaque device's array);
 /// * `IndexError`: an index or range out of range (a slice past the end);
+/// * `arrow_device.flight.FlightError` (a `RuntimeError`): a remote peer or
+///   the network failed (the message names the peer, the call and the
+///   gRPC status);
 /// * `RuntimeError`: a device call, or a foreign producer or consumer, failed.
 pub fn to_py(err: Error) -> PyErr {
     match err {
         Error::Invalid { .. } | Error::Arrow(_) => PyValueError::new_err(err.to_string()),
         Error::NotSupported(message) => PyTypeError::new_err(message),
         Error::OutOfRange(message) => PyIndexError::new_err(message),
+        Error::Remote(message) => FlightError::new_err(message),
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }
+
+pyo3::create_exception!(
+    arrow_device.flight,
+    FlightError,
+    PyRuntimeError,
+    "A Flight call failed at the peer or on the way: the message names the \
+     location, the call and the gRPC status code."
+);
 
 /// Runs `f`, turning a panic into a `RuntimeError` instead of PyO3's
 /// `PanicException`.

@@ -1,9 +1,9 @@
 //! The `arrow_device` Python module: the Arrow PyCapsule protocol for
-//! arrays, device arrays, streams and device streams, DLPack, and sharing
-//! arrays and streams between processes, as a thin layer over the
-//! `arrow-device` library. Every conversion, check and copy is the
-//! library's; this crate only moves structs in and out of capsules and turns
-//! errors into Python exceptions.
+//! arrays, device arrays, streams and device streams, DLPack, sharing
+//! arrays and streams between processes, and Arrow Flight, as a thin layer
+//! over the `arrow-device` and `arrow-device-flight` libraries. Every
+//! conversion, check and copy is the libraries'; this crate only moves
+//! structs in and out of capsules and turns errors into Python exceptions.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod array;
@@ -13,6 +13,7 @@ mod conformance;
 mod device;
 mod dlpack;
 mod errors;
+mod flight;
 mod interpreter;
 mod share;
 mod stream;
@@ -35,6 +36,7 @@ fn _arrow_device(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::cuda_host, m)?)?;
     m.add_function(wrap_pyfunction!(device::cuda_managed, m)?)?;
     share::register(m)?;
+    flight::register(m)?;
     conformance::register(m)?;
     Ok(())
 }

@@ -46,6 +46,9 @@ pub struct PyDeviceStream {
     /// Whether reading a batch may wait for another process (a shared
     /// stream's exporter): such reads run detached from the GIL.
     reads_wait: bool,
+    /// Why the batches are gone once they are: handed on (the default), or
+    /// closed by [`PyDeviceStream::close`] with its own reason.
+    closed: std::sync::OnceLock<&'static str>,
 }
 
 impl Drop for PyDeviceStream {
@@ -141,7 +144,7 @@ impl Iterator for PyBatches {
 /// A Python exception as the producer error a stream consumer sees: its
 /// type and text, and an errno by kind (what a bad value or type raises is
 /// `EINVAL`, so that pyarrow reports `ArrowInvalid`).
-fn python_error(py: Python<'_>, err: PyErr) -> Error {
+pub fn python_error(py: Python<'_>, err: PyErr) -> Error {
     let type_name = err
         .get_type(py)
         .name()
@@ -171,63 +174,96 @@ fn python_error(py: Python<'_>, err: PyErr) -> Error {
 pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream> {
     let level = parse_level(validate)?;
     guard(|| {
-        let py = obj.py();
-        if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_device_stream__"))? {
-            let capsule = method.call0()?;
-            let ptr =
-                capsule::pointer::<ArrowDeviceArrayStream>(&capsule, ARROW_DEVICE_ARRAY_STREAM)?;
-            // SAFETY: a live capsule of that name holds a device stream;
-            // moving it out leaves it released for the capsule's destructor.
-            let reader = unsafe { DeviceStreamReader::try_from_raw(ptr, level) }.py()?;
+        if let Some(reader) = import_protocol(obj, level)? {
             return Ok(PyDeviceStream::from_reader(reader));
         }
-        if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_stream__"))? {
-            let capsule = method.call0()?;
-            let ptr = capsule::pointer::<FFI_ArrowArrayStream>(&capsule, ARROW_ARRAY_STREAM)?;
-            // SAFETY: as above, for a C stream.
-            let c_stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr) };
-            let device_stream = ArrowDeviceArrayStream::try_from(c_stream).py()?;
-            // SAFETY: the bridge passes the producer's stream through.
-            let reader = unsafe { DeviceStreamReader::try_new(device_stream, level) }.py()?;
-            return Ok(PyDeviceStream::from_reader(reader));
+        from_iterable(obj, level)
+    })
+}
+
+/// The reader of anything `stream()` takes, for a Rust consumer that reads
+/// it off the Python thread (a Flight server's source, an upload).
+pub fn reader_of(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<DeviceStreamReader> {
+    if let Some(reader) = import_protocol(obj, level)? {
+        return Ok(reader);
+    }
+    from_iterable(obj, level)?.take_reader(None)
+}
+
+/// Whether `obj` exports a stream through the PyCapsule protocol.
+pub fn has_stream_protocol(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = obj.py();
+    Ok(obj.hasattr(pyo3::intern!(py, "__arrow_c_device_stream__"))?
+        || obj.hasattr(pyo3::intern!(py, "__arrow_c_stream__"))?)
+}
+
+/// The stream of an object with `__arrow_c_device_stream__` or
+/// `__arrow_c_stream__`; `None` for an object with neither.
+fn import_protocol(
+    obj: &Bound<'_, PyAny>,
+    level: ValidationLevel,
+) -> PyResult<Option<DeviceStreamReader>> {
+    let py = obj.py();
+    if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_device_stream__"))? {
+        let capsule = method.call0()?;
+        let ptr = capsule::pointer::<ArrowDeviceArrayStream>(&capsule, ARROW_DEVICE_ARRAY_STREAM)?;
+        // SAFETY: a live capsule of that name holds a device stream;
+        // moving it out leaves it released for the capsule's destructor.
+        let reader = unsafe { DeviceStreamReader::try_from_raw(ptr, level) }.py()?;
+        return Ok(Some(reader));
+    }
+    if let Some(method) = obj.getattr_opt(pyo3::intern!(py, "__arrow_c_stream__"))? {
+        let capsule = method.call0()?;
+        let ptr = capsule::pointer::<FFI_ArrowArrayStream>(&capsule, ARROW_ARRAY_STREAM)?;
+        // SAFETY: as above, for a C stream.
+        let c_stream = unsafe { FFI_ArrowArrayStream::from_raw(ptr) };
+        let device_stream = ArrowDeviceArrayStream::try_from(c_stream).py()?;
+        // SAFETY: the bridge passes the producer's stream through.
+        let reader = unsafe { DeviceStreamReader::try_new(device_stream, level) }.py()?;
+        return Ok(Some(reader));
+    }
+    Ok(None)
+}
+
+/// A stream of an iterable of array-likes.
+fn from_iterable(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<PyDeviceStream> {
+    let Ok(iterator) = obj.try_iter() else {
+        return Err(PyTypeError::new_err(format!(
+            "expected an object with __arrow_c_device_stream__ or __arrow_c_stream__, or an iterable of arrays, got {}",
+            capsule::type_name(obj)
+        )));
+    };
+    // The first array-like gives the stream its type; its errors are
+    // raised as they are.
+    let first = match iterator.call_method0("__next__") {
+        Ok(item) => import_any(&item, level)?,
+        Err(err) if err.is_instance_of::<PyStopIteration>(obj.py()) => {
+            return Err(PyValueError::new_err(
+                "an empty iterable gives a stream no type: pass at least one array",
+            ))
         }
-        let Ok(iterator) = obj.try_iter() else {
-            return Err(PyTypeError::new_err(format!(
-                "expected an object with __arrow_c_device_stream__ or __arrow_c_stream__, or an iterable of arrays, got {}",
-                capsule::type_name(obj)
-            )));
-        };
-        // The first array-like gives the stream its type; its errors are
-        // raised as they are.
-        let first = match iterator.call_method0("__next__") {
-            Ok(item) => import_any(&item, level)?,
-            Err(err) if err.is_instance_of::<PyStopIteration>(obj.py()) => {
-                return Err(PyValueError::new_err(
-                    "an empty iterable gives a stream no type: pass at least one array",
-                ))
-            }
-            Err(err) => return Err(err),
-        };
-        let raised = Arc::new(PyOwned::new(Mutex::new(None)));
-        let rest = PyBatches {
-            iterator: PyOwned::new(iterator.into_any().unbind()),
-            raised: raised.clone(),
-            level,
-            index: 0,
-        };
-        let (field, device_type) = (first.field().clone(), first.device_type());
-        let batches = check_arrays(
-            field.data_type().clone(),
-            device_type,
-            std::iter::once(Ok(first)).chain(rest),
-        );
-        Ok(PyDeviceStream {
-            field,
-            device_type,
-            batches: Mutex::new(Some(Box::new(batches))),
-            raised,
-            reads_wait: false,
-        })
+        Err(err) => return Err(err),
+    };
+    let raised = Arc::new(PyOwned::new(Mutex::new(None)));
+    let rest = PyBatches {
+        iterator: PyOwned::new(iterator.into_any().unbind()),
+        raised: raised.clone(),
+        level,
+        index: 0,
+    };
+    let (field, device_type) = (first.field().clone(), first.device_type());
+    let batches = check_arrays(
+        field.data_type().clone(),
+        device_type,
+        std::iter::once(Ok(first)).chain(rest),
+    );
+    Ok(PyDeviceStream {
+        field,
+        device_type,
+        batches: Mutex::new(Some(Box::new(batches))),
+        raised,
+        reads_wait: false,
+        closed: std::sync::OnceLock::new(),
     })
 }
 
@@ -242,6 +278,44 @@ impl PyDeviceStream {
         Self::reading(reader, true)
     }
 
+    /// A stream of `batches` (arrays of `field`'s type on devices of
+    /// `device_type`, checked as they are read) that may wait for a remote
+    /// peer: read detached from the GIL, like a shared stream.
+    pub fn from_remote(
+        field: Field,
+        device_type: DeviceType,
+        batches: impl Iterator<Item = arrow_device::Result<DeviceArray>> + Send + 'static,
+    ) -> Self {
+        let batches = check_arrays(field.data_type().clone(), device_type, batches);
+        PyDeviceStream {
+            field,
+            device_type,
+            batches: Mutex::new(Some(Box::new(batches))),
+            raised: Arc::new(PyOwned::new(Mutex::new(None))),
+            reads_wait: true,
+            closed: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Ends the stream for every later reader: what is left is dropped and
+    /// a read raises `ValueError` with `reason`. For a stream that is only
+    /// valid during a call (a Flight sink's). Waits, without the GIL, for a
+    /// read in progress on another thread (which may need the GIL to end).
+    pub fn close(&self, reason: &'static str) {
+        let _ = self.closed.set(reason);
+        crate::errors::without_gil(|| drop(lock(&self.batches).take()));
+    }
+
+    /// The error for a read after the batches went.
+    fn gone(&self) -> PyErr {
+        PyValueError::new_err(
+            *self
+                .closed
+                .get()
+                .unwrap_or(&"the stream was already handed on to a consumer"),
+        )
+    }
+
     fn reading(reader: DeviceStreamReader, reads_wait: bool) -> Self {
         PyDeviceStream {
             field: reader.field().clone(),
@@ -249,6 +323,7 @@ impl PyDeviceStream {
             batches: Mutex::new(Some(Box::new(reader))),
             raised: Arc::new(PyOwned::new(Mutex::new(None))),
             reads_wait,
+            closed: std::sync::OnceLock::new(),
         }
     }
 
@@ -265,9 +340,7 @@ impl PyDeviceStream {
 
     /// The batches, taken for a consumer: a stream is read once.
     fn take(&self) -> PyResult<Batches> {
-        self.try_batches()?
-            .take()
-            .ok_or_else(|| PyValueError::new_err("the stream was already handed on to a consumer"))
+        self.try_batches()?.take().ok_or_else(|| self.gone())
     }
 
     /// This stream, taken, as a reader of `requested_schema`'s type.
@@ -324,9 +397,7 @@ impl PyDeviceStream {
         guard(|| {
             let mut batches = self.try_batches()?;
             let Some(iterator) = batches.as_mut() else {
-                return Err(PyValueError::new_err(
-                    "the stream was already handed on to a consumer",
-                ));
+                return Err(self.gone());
             };
             let next = if self.reads_wait {
                 py.detach(|| iterator.next())

@@ -16,6 +16,9 @@ Sharing with other processes of this machine (Linux), zero-copy:
 >>> pa.array(arrow_device.open_shared(pickle.loads(handle))).to_pylist()
 [1, 2, 3]
 >>> shared.close()
+
+Arrow Flight (``arrow_device.flight``): fetch a remote dataset onto any
+device, serve any stream to any Flight client.
 """
 
 from ._arrow_device import (
@@ -37,6 +40,7 @@ from ._arrow_device import (
     stream,
 )
 from ._types import DeviceType
+from . import flight
 
 __all__ = [
     "Device",
@@ -53,6 +57,7 @@ __all__ = [
     "cuda_managed",
     "devices",
     "emulated",
+    "flight",
     "open_shared",
     "open_shared_stream",
     "stream",

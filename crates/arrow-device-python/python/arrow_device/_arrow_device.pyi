@@ -1,7 +1,21 @@
 """Type stubs of the native module (re-exported by ``arrow_device``)."""
 
+import os
 from types import TracebackType
-from typing import Any, Dict, Iterator, Literal, Optional, Protocol, Tuple, Type, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Literal,
+    Optional,
+    Protocol,
+    Tuple,
+    Type,
+    Union,
+)
 
 from ._types import DeviceType
 
@@ -208,3 +222,146 @@ def cuda_host(id: int = 0) -> Device:
 def cuda_managed(id: int = 0) -> Device:
     """CUDA managed memory; RuntimeError when CUDA is not available."""
 def devices() -> list[Device]: ...
+
+# --- Arrow Flight (re-exported by ``arrow_device.flight`` without the
+# ``flight_`` prefix) ------------------------------------------------------
+
+_Pem = Union[bytes, str, "os.PathLike[str]"]
+_Source = Union[
+    _ArrowDeviceStreamExportable,
+    _ArrowStreamExportable,
+    Callable[[], Union[_ArrowDeviceStreamExportable, _ArrowStreamExportable]],
+    str,
+    "os.PathLike[str]",
+]
+
+class FlightError(RuntimeError):
+    """A Flight call failed at the peer or on the way: the message names the
+    location, the call and the gRPC status code, e.g. ``do_get at
+    grpc://127.0.0.1:8815: NOT_FOUND (5): no source named "x"; this server
+    has ["a"]``."""
+
+class FlightInfo:
+    """One flight of ``list_flights``: ``pyarrow.schema(info)`` reads its
+    schema (``__arrow_c_schema__``)."""
+
+    @property
+    def name(self) -> Optional[str]:
+        """The descriptor's path elements joined with ``/``; None for a
+        command descriptor or none."""
+    @property
+    def descriptor(self) -> Union[List[str], bytes, None]:
+        """A path as ``list[str]``, a command as ``bytes``."""
+    @property
+    def tickets(self) -> List[bytes]:
+        """The ticket of each endpoint, for ``fetch``."""
+    @property
+    def total_records(self) -> int:
+        """-1 when the server does not say."""
+    @property
+    def total_bytes(self) -> int:
+        """-1 when the server does not say."""
+    def __arrow_c_schema__(self) -> object:
+        """ValueError when the server listed the flight without a schema."""
+
+class FlightServer:
+    """A running Flight server (``serve``); a context manager that shuts it
+    down on exit. Its last reference going stops it without waiting."""
+
+    @property
+    def location(self) -> str:
+        """``grpc://HOST:PORT`` (``grpc+tls://localhost:PORT`` for TLS on
+        loopback)."""
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one picked, for port 0)."""
+    @property
+    def active_requests(self) -> int:
+        """Requests being served now (0 once shut down)."""
+    @property
+    def held_batches(self) -> int:
+        """Batches copied to the host for ``do_get`` and not yet sent."""
+    @property
+    def closed(self) -> bool: ...
+    def shutdown(self, grace: float = 5.0) -> None:
+        """Stops accepting, lets requests in flight finish for up to
+        ``grace`` seconds, then ends them; a second call does nothing."""
+    def __enter__(self) -> "FlightServer": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+
+def flight_fetch(
+    location: str,
+    ticket: Union[str, bytes],
+    device: Optional[Device] = None,
+    *,
+    token: Optional[str] = None,
+    tls_root: Optional[_Pem] = None,
+    prefetch: int = 2,
+) -> DeviceStream:
+    """``do_get`` of ``ticket`` at ``location`` (``grpc://``, ``grpc+tcp://``
+    or ``grpc+tls://HOST:PORT``), each batch copied onto ``device`` (the CPU
+    when None) as it arrives, its copy's event as its ``sync_event``, at most
+    ``prefetch`` batches ahead of the reader. ``token`` is sent as
+    ``authorization: Bearer <token>``; ``tls_root`` is the PEM (bytes, or a
+    file's path) of the authority that signed the server's certificate
+    (None: the system's roots). Connecting and reading run without the GIL.
+    FlightError for the peer's or the network's errors, ValueError or
+    TypeError for bad arguments."""
+
+def flight_put(
+    location: str,
+    name: str,
+    source: Union[_ArrowDeviceStreamExportable, _ArrowStreamExportable, Iterable[ArrayLike], str, "os.PathLike[str]"],
+    *,
+    token: Optional[str] = None,
+    tls_root: Optional[_Pem] = None,
+) -> Dict[str, Union[int, bool]]:
+    """``do_put`` of ``source`` (anything ``stream()`` takes, or the path of
+    an Arrow IPC file) under the path descriptor ``[name]``; returns
+    ``{"batches": n, "rows": n, "complete": bool}`` sent (``complete`` is
+    False when the server answered before the whole source was sent: its sink
+    stopped reading early). Device batches are copied to the host
+    as they are sent. A source's error cancels the upload, so that the server
+    never takes it for a whole one, and is raised here."""
+
+def flight_list_flights(
+    location: str, *, token: Optional[str] = None, tls_root: Optional[_Pem] = None
+) -> List[FlightInfo]:
+    """Every flight the server at ``location`` lists."""
+
+def flight_serve(
+    sources: Dict[str, _Source],
+    location: Optional[str] = None,
+    *,
+    token: Optional[str] = None,
+    tls: Optional[Tuple[_Pem, _Pem]] = None,
+    sink: Optional[Callable[[Union[List[str], bytes], DeviceStream], None]] = None,
+    sink_device: Optional[Device] = None,
+    depth: int = 2,
+) -> FlightServer:
+    """Serves each source under its name (the ticket, and the one-element
+    path descriptor) at ``location`` (default ``grpc://127.0.0.1:0``, or
+    ``grpc+tls://127.0.0.1:0`` with ``tls``; port 0 picks a free port).
+
+    A source is an object with ``__arrow_c_device_stream__`` or
+    ``__arrow_c_stream__`` (or an iterable of arrays), read once: a second
+    ``do_get`` gets FAILED_PRECONDITION; a zero-argument callable returning
+    one, called for each ``do_get`` (wrap a table in a lambda to serve it
+    again and again); or the path of an Arrow IPC file (file or streaming
+    format), opened for each ``do_get``.
+
+    ``sink(descriptor, stream)`` takes each upload (``do_put``): the
+    descriptor's path as ``list[str]`` or its command as ``bytes``, and the
+    batches landed on ``sink_device`` (the CPU when None) as a DeviceStream
+    that is valid during the call only. Its exception is sent to the client.
+    Without a sink, uploads are refused (UNIMPLEMENTED).
+
+    ``token`` requires ``authorization: Bearer <token>`` on every call;
+    ``tls`` is ``(certificate chain, private key)``, PEM bytes or paths.
+    ``depth`` bounds the batches copied to the host ahead of each ``do_get``'s
+    send (and landed ahead of the sink)."""
