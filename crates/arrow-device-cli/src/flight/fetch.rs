@@ -6,7 +6,11 @@
 //! this command waits on the batch's `sync_event` (`synchronize()`) before
 //! counting it: a batch is fetched when its data is usable on the device.
 //! With `--verify FILE` each batch is also copied back to the host and
-//! compared with the file's rows ([`super::verify`]).
+//! compared with the file's rows (module `verify`).
+
+// The field docs are the command's --help text, written for a terminal:
+// `emulated[:N]` there is a usage pattern, not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

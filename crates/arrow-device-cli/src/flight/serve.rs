@@ -18,6 +18,10 @@
 //! gracefully when standard input reaches its end instead, which a test or
 //! a supervising process can trigger portably by closing the pipe.
 
+// The field docs are the command's --help text, written for a terminal:
+// `emulated[:N]` there is a usage pattern, not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
