@@ -214,12 +214,12 @@ impl Client {
             .await
             .map_err(self.status("do_get"))?
             .into_inner();
-        let wire_bytes = Arc::new(AtomicUsize::new(0));
+        let counts = Arc::new(Counts::default());
         let counted = {
-            let wire_bytes = wire_bytes.clone();
+            let counts = counts.clone();
             response.map(move |data| {
                 let data = data.map_err(|status| FlightError::Tonic(Box::new(status)))?;
-                wire_bytes.fetch_add(
+                counts.wire_bytes.fetch_add(
                     data.data_header.len() + data.data_body.len(),
                     Ordering::Relaxed,
                 );
@@ -233,7 +233,6 @@ impl Client {
         )
         .await?;
         let schema = decoded.schema.clone();
-        let counts = Arc::new(Counts::default());
         let task = tokio::spawn(pipeline::land(
             decoded,
             device.clone(),
@@ -249,7 +248,6 @@ impl Client {
             device: device.clone(),
             task: task.abort_handle(),
             counts,
-            wire_bytes,
             started,
         })
     }
@@ -433,7 +431,6 @@ struct Fetched {
     device: DeviceRef,
     task: tokio::task::AbortHandle,
     counts: Arc<Counts>,
-    wire_bytes: Arc<AtomicUsize>,
     started: Instant,
 }
 
@@ -451,7 +448,7 @@ impl Fetched {
         FetchStats {
             batches: self.counts.batches.load(Ordering::Relaxed),
             rows: self.counts.rows.load(Ordering::Relaxed),
-            wire_bytes: self.wire_bytes.load(Ordering::Relaxed),
+            wire_bytes: self.counts.wire_bytes.load(Ordering::Relaxed),
             first_batch_landed: (first != 0).then(|| Duration::from_nanos(first)),
             elapsed: self.started.elapsed(),
         }
@@ -558,7 +555,6 @@ impl DeviceBatches {
                 device,
                 task,
                 counts,
-                wire_bytes: Arc::new(AtomicUsize::new(0)),
                 started: Instant::now(),
             },
             level: ValidationLevel::Default,

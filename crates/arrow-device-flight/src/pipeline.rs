@@ -102,15 +102,23 @@ pub(crate) struct Held<T> {
 
 impl<T> Held<T> {
     fn new(item: T, gauge: &Arc<AtomicUsize>) -> Held<T> {
-        gauge.fetch_add(1, Ordering::AcqRel);
         Held {
             item,
-            _counted: Counted(gauge.clone()),
+            _counted: Counted::new(gauge),
         }
     }
 }
 
-struct Counted(Arc<AtomicUsize>);
+/// One count in a gauge for as long as it lives (a batch held, a request
+/// being served).
+pub(crate) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    pub fn new(gauge: &Arc<AtomicUsize>) -> Counted {
+        gauge.fetch_add(1, Ordering::AcqRel);
+        Counted(gauge.clone())
+    }
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
@@ -514,6 +522,9 @@ pub(crate) fn receive(
 pub(crate) struct Counts {
     pub batches: AtomicUsize,
     pub rows: AtomicUsize,
+    /// Bytes received (IPC headers and bodies); counted by the fetch's
+    /// receiving end, 0 for a server's `do_put`.
+    pub wire_bytes: AtomicUsize,
     /// The first batch's landing, in nanoseconds since the call started
     /// (0: not yet).
     pub first_batch_ns: std::sync::atomic::AtomicU64,

@@ -28,7 +28,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::client::DeviceBatches;
 use crate::error::{chain, Error, Result};
-use crate::pipeline::{self, Counts, Decoded};
+use crate::pipeline::{self, Counted, Counts, Decoded};
 use crate::runtime;
 use crate::source::Source;
 
@@ -154,18 +154,13 @@ impl FlightServerBuilder {
                 message: chain(&e),
             })?;
         }
-        let listener = std::net::TcpListener::bind(addr).map_err(|source| Error::Io {
+        let binding = |source| Error::Io {
             context: format!("binding {addr}"),
             source,
-        })?;
-        let local_addr = listener.local_addr().map_err(|source| Error::Io {
-            context: format!("binding {addr}"),
-            source,
-        })?;
-        listener.set_nonblocking(true).map_err(|source| Error::Io {
-            context: format!("binding {addr}"),
-            source,
-        })?;
+        };
+        let listener = std::net::TcpListener::bind(addr).map_err(binding)?;
+        let local_addr = listener.local_addr().map_err(binding)?;
+        listener.set_nonblocking(true).map_err(binding)?;
         let tls = self.tls.is_some();
         let inner = self.into_inner();
         let gauges = inner.gauges.clone();
@@ -174,11 +169,7 @@ impl FlightServerBuilder {
         let stopped = stop.clone();
         let task = {
             let _entered = runtime.enter();
-            let listener =
-                tokio::net::TcpListener::from_std(listener).map_err(|source| Error::Io {
-                    context: format!("binding {addr}"),
-                    source,
-                })?;
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(binding)?;
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let service = service(DeviceFlightService { inner });
@@ -314,19 +305,30 @@ impl FlightServer {
         let Some(task) = self.task.take() else {
             return Ok(());
         };
-        let abort = task.abort_handle();
-        let outcome = runtime::block_on(async move { tokio::time::timeout(grace, task).await })?;
-        match outcome {
-            Err(_elapsed) => {
-                abort.abort();
-                Ok(())
-            }
-            Ok(outcome) => finish(self.local_addr, outcome),
+        match runtime::block_on(end_within(task, grace))? {
+            None => Ok(()),
+            Some(outcome) => finish(self.local_addr, outcome),
         }
     }
 }
 
 type Served = std::result::Result<std::result::Result<(), String>, tokio::task::JoinError>;
+
+/// Waits up to `grace` for the serve task (stopped already) to end, then
+/// aborts it; its outcome if it ended in time.
+async fn end_within(
+    task: tokio::task::JoinHandle<std::result::Result<(), String>>,
+    grace: Duration,
+) -> Option<Served> {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(grace, task).await {
+        Ok(outcome) => Some(outcome),
+        Err(_elapsed) => {
+            abort.abort();
+            None
+        }
+    }
+}
 
 /// The serve task's outcome as the API's.
 fn finish(local_addr: SocketAddr, outcome: Served) -> Result<()> {
@@ -347,15 +349,7 @@ impl Drop for FlightServer {
         // keeps one open cannot keep it alive past a few seconds.
         if let Some(task) = self.task.take() {
             if let Ok(runtime) = runtime::runtime() {
-                runtime.spawn(async move {
-                    let abort = task.abort_handle();
-                    if tokio::time::timeout(Duration::from_secs(5), task)
-                        .await
-                        .is_err()
-                    {
-                        abort.abort();
-                    }
-                });
+                runtime.spawn(end_within(task, Duration::from_secs(5)));
             }
         }
     }
@@ -363,7 +357,7 @@ impl Drop for FlightServer {
 
 #[derive(Debug, Default)]
 struct Gauges {
-    requests: AtomicUsize,
+    requests: Arc<AtomicUsize>,
     held: Arc<AtomicUsize>,
 }
 
@@ -374,22 +368,6 @@ struct Inner {
     depth: usize,
     staging: Arc<HostStaging>,
     gauges: Arc<Gauges>,
-}
-
-/// Counts a request as active while it lives.
-struct Active(Arc<Gauges>);
-
-impl Active {
-    fn new(gauges: &Arc<Gauges>) -> Active {
-        gauges.requests.fetch_add(1, Ordering::AcqRel);
-        Active(gauges.clone())
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.requests.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl Inner {
@@ -597,7 +575,7 @@ impl FlightService for DeviceFlightService {
             self.inner.authorize(&request)?;
             let name = ticket_name(&request.get_ref().ticket)?;
             let source = self.inner.source(&name)?;
-            let active = Active::new(&self.inner.gauges);
+            let active = Counted::new(&self.inner.gauges.requests);
             let batches = {
                 let name = name.clone();
                 blocking(move || source.open(&name)).await?
@@ -632,7 +610,7 @@ impl FlightService for DeviceFlightService {
                     "this server accepts no uploads (it was started without a sink)",
                 ));
             };
-            let _active = Active::new(&self.inner.gauges);
+            let _active = Counted::new(&self.inner.gauges.requests);
             let peer = request
                 .remote_addr()
                 .map_or_else(|| "the client".to_string(), |a| a.to_string());
