@@ -15,6 +15,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 
 use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_device::device::DeviceRef;
@@ -137,7 +138,7 @@ pub(crate) fn stage(
     staging: Arc<HostStaging>,
     held: Arc<AtomicUsize>,
     descriptor: Option<FlightDescriptor>,
-) -> (FlightData, mpsc::Receiver<Held<Staged>>) {
+) -> (FlightData, mpsc::Receiver<Sent>) {
     let (tx, rx) = mpsc::channel(depth.max(1));
     let schema = batches.schema.clone();
     let (encoder, first) = Encoder::new(&schema, descriptor);
@@ -184,15 +185,23 @@ pub(crate) fn stage(
             tokio::spawn(async move {
                 let mut stream = stream;
                 for index in 0.. {
-                    let item = stream.next().await.map(|r| r.map(Item::Device));
+                    // A panic in the source is an error of this batch, as
+                    // in `run_blocking`.
+                    let item = match AssertUnwindSafe(stream.next()).catch_unwind().await {
+                        Ok(item) => item.map(|r| r.map(Item::Device)),
+                        Err(payload) => Some(Err(arrow_device::Error::from_panic(payload))),
+                    };
                     let to_host = to_host.clone();
                     // The copy waits on the device: off the async workers.
                     let staged = tokio::task::spawn_blocking(move || (*to_host)(index, item))
                         .await
                         .unwrap_or_else(|e| Some(Err(join_error(e))));
-                    let Some(staged) = staged else { break };
+                    let Some(staged) = staged else {
+                        let _ = tx.send(None).await;
+                        break;
+                    };
                     let failed = staged.is_err();
-                    if tx.send(Held::new(staged, &held)).await.is_err() {
+                    if tx.send(Some(Held::new(staged, &held))).await.is_err() {
                         break;
                     }
                     if failed {
@@ -205,13 +214,37 @@ pub(crate) fn stage(
     (first, rx)
 }
 
+/// What the producer of [`stage`] sends: a batch, or (`None`) the end of
+/// the source. The end is explicit for the reason [`Landed`]'s is: a
+/// producer that stops without it (a panic outside the source, a cancelled
+/// runtime) must be an error, never a stream that looks whole.
+pub(crate) type Sent = Option<Held<Staged>>;
+
 /// The staged batches as a stream; each leaves its gauge as it is taken.
-pub(crate) fn receiver_stream<T: Send + 'static>(
-    mut rx: mpsc::Receiver<Held<T>>,
-) -> impl futures_core::Stream<Item = T> + Send + 'static {
+/// It ends after the producer's end or its first error; a channel that
+/// closes before either is an error.
+pub(crate) fn receiver_stream(
+    mut rx: mpsc::Receiver<Sent>,
+) -> impl futures_core::Stream<Item = Staged> + Send + 'static {
+    let mut finished = false;
     futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|held| held.map(|Held { item, _counted }| item))
+        if finished {
+            return Poll::Ready(None);
+        }
+        let staged = match std::task::ready!(rx.poll_recv(cx)) {
+            Some(Some(Held { item, _counted })) => item,
+            Some(None) => {
+                finished = true;
+                return Poll::Ready(None);
+            }
+            None => Err(arrow_device::Error::Remote(
+                "the source's producer stopped before its end: its task failed or was \
+                 cancelled"
+                    .into(),
+            )),
+        };
+        finished = staged.is_err();
+        Poll::Ready(Some(staged))
     })
 }
 
@@ -239,7 +272,7 @@ enum Item {
 /// error, or the reader goes away; a panic in the source becomes an error
 /// on the stream.
 fn run_blocking(
-    tx: mpsc::Sender<Held<Staged>>,
+    tx: mpsc::Sender<Sent>,
     held: Arc<AtomicUsize>,
     mut next: impl FnMut(usize) -> Option<Staged> + Send + 'static,
 ) {
@@ -247,11 +280,14 @@ fn run_blocking(
         for index in 0.. {
             let staged = match catch_unwind(AssertUnwindSafe(|| next(index))) {
                 Ok(Some(staged)) => staged,
-                Ok(None) => break,
+                Ok(None) => {
+                    let _ = tx.blocking_send(None);
+                    break;
+                }
                 Err(payload) => Err(at_batch(index, arrow_device::Error::from_panic(payload))),
             };
             let failed = staged.is_err();
-            if tx.blocking_send(Held::new(staged, &held)).is_err() {
+            if tx.blocking_send(Some(Held::new(staged, &held))).is_err() {
                 // The reader went away (a client disconnected): stop
                 // reading the source, which is released as `next` drops.
                 break;

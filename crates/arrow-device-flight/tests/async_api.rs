@@ -99,3 +99,48 @@ async fn a_client_on_the_callers_runtime_lists_and_reads_schemas() {
     drop(stream);
     assert!(common::eventually(|| server.active_requests() == 0));
 }
+
+#[test]
+fn a_panic_in_an_async_source_is_an_error_not_the_end() {
+    let golden = golden_streams();
+    let g = golden
+        .iter()
+        .find(|g| g.name == "generated_primitive")
+        .unwrap();
+    let (schema, batch) = (g.schema.clone(), g.batches[0].clone());
+    let server = FlightServer::builder()
+        .source(
+            "panics",
+            Source::new(move || {
+                let batch = batch.clone();
+                let arrays = futures_util::stream::iter(0..3).map(move |i| {
+                    if i == 1 {
+                        panic!("the async source broke at {i}");
+                    }
+                    Ok(arrow_device::DeviceArray::from_record_batch(&batch))
+                });
+                Ok(Batches::stream(schema.clone(), arrays))
+            }),
+        )
+        .spawn("127.0.0.1:0")
+        .unwrap();
+    let device = arrow_device::device::cpu();
+    let mut reader = arrow_device_flight::fetch(
+        &server.location(),
+        "panics",
+        &device,
+        &ClientOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        reader.next().unwrap().unwrap().to_record_batch().unwrap(),
+        g.batches[0]
+    );
+    let e = reader
+        .next()
+        .expect("a panicking source must not end the stream cleanly")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("source \"panics\""), "{e}");
+    assert!(e.contains("the async source broke at 1"), "{e}");
+}
