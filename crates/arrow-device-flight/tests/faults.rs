@@ -831,6 +831,14 @@ fn a_source_error_keeps_its_kind_with_the_batch_index() {
                 )))
             }),
         )
+        // A sink that reads the whole upload, so that the server waits for
+        // the local source's failure instead of answering first.
+        .sink(cpu(), |_, batches| {
+            for array in batches {
+                array?;
+            }
+            Ok(())
+        })
         .spawn("127.0.0.1:0")
         .unwrap();
     let e = fetch_all(&server.location(), "flaky", &ClientOptions::default()).unwrap_err();
