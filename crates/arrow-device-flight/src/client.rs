@@ -8,13 +8,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use arrow_device::device::DeviceRef;
-use arrow_device::stream::{export_device_arrays, DeviceStreamReader};
+use arrow_device::stream::{export_device_arrays, record_batch_field, DeviceStreamReader};
 use arrow_device::{ArrowDeviceArrayStream, DeviceArray, HostStaging, ValidationLevel};
 use arrow_flight::decode::FlightDataDecoder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Criteria, FlightData, FlightDescriptor, FlightInfo, PutResult, Ticket};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use prost::Message;
@@ -453,11 +453,6 @@ impl Fetched {
             elapsed: self.started.elapsed(),
         }
     }
-
-    fn field(&self) -> Field {
-        Field::new("", DataType::Struct(self.schema.fields().clone()), false)
-            .with_metadata(self.schema.metadata().clone())
-    }
 }
 
 /// What a fetch has done so far.
@@ -567,7 +562,7 @@ impl DeviceBatches {
     /// device's type: a C or Python consumer reads the remote dataset as a
     /// local stream.
     pub fn into_stream(self) -> Result<ArrowDeviceArrayStream> {
-        let field = self.fetched.field();
+        let field = record_batch_field(&self.fetched.schema);
         let device_type = self.fetched.device.device_type();
         Ok(export_device_arrays(field, device_type, self)?)
     }

@@ -24,13 +24,14 @@ use std::time::Duration;
 
 use arrow_device::device::{self, DeviceRef};
 use arrow_device::schema::export_field;
+use arrow_device::stream::record_batch_field;
 use arrow_device::ValidationLevel;
 use arrow_device_flight::arrow_flight::flight_descriptor::DescriptorType;
 use arrow_device_flight::arrow_flight::{FlightDescriptor, FlightInfo};
 use arrow_device_flight::{
     Batches, ClientOptions, DeviceBatches, Error, FlightServer, Location, ServerTls, Source,
 };
-use arrow_schema::{DataType, Field, SchemaRef};
+use arrow_schema::Field;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString};
@@ -54,13 +55,6 @@ fn to_py(error: Error) -> PyErr {
         Error::External(e) => PyRuntimeError::new_err(e.to_string()),
         other => FlightError::new_err(other.to_string()),
     }
-}
-
-/// The record-batch field of a schema, as a device stream of it reports
-/// its type (a struct that keeps the schema's metadata).
-fn batch_field(schema: &SchemaRef) -> Field {
-    Field::new("", DataType::Struct(schema.fields().clone()), false)
-        .with_metadata(schema.metadata().clone())
 }
 
 /// `device=None` is the CPU.
@@ -157,7 +151,7 @@ pub fn fetch(
         let batches = py
             .detach(|| arrow_device_flight::fetch_batches(location, ticket, &device, &options))
             .map_err(to_py)?;
-        let field = batch_field(&batches.schema());
+        let field = record_batch_field(&batches.schema());
         Ok(PyDeviceStream::from_remote(
             field,
             device.device_type(),
@@ -265,7 +259,7 @@ impl PyFlightInfo {
                     name.as_deref().unwrap_or("a flight without a descriptor")
                 ))
             })?;
-            Some(batch_field(&std::sync::Arc::new(schema)))
+            Some(record_batch_field(&std::sync::Arc::new(schema)))
         };
         Ok(PyFlightInfo {
             tickets: info
@@ -443,7 +437,7 @@ fn python_sink(
     sink: PyOwned<Py<PyAny>>,
 ) -> impl Fn(&FlightDescriptor, DeviceBatches) -> arrow_device::Result<()> + Send + Sync + 'static {
     move |descriptor, batches| {
-        let field = batch_field(&batches.schema());
+        let field = record_batch_field(&batches.schema());
         let device_type = batches.device().device_type();
         attached(|py| {
             let stream = Bound::new(py, PyDeviceStream::from_remote(field, device_type, batches))

@@ -312,9 +312,7 @@ impl DeviceArray {
     /// [`export_record_batch`](crate::export_record_batch) writes it, so
     /// [`DeviceArray::to_record_batch`] gives the batch back.
     pub fn from_record_batch(batch: &RecordBatch) -> DeviceArray {
-        let schema = batch.schema_ref();
-        let field = Field::new("", DataType::Struct(schema.fields().clone()), false)
-            .with_metadata(schema.metadata().clone());
+        let field = crate::stream::record_batch_field(batch.schema_ref());
         Self::from_array_data(StructArray::from(batch.clone()).into_data(), field)
     }
 

@@ -106,8 +106,10 @@ pub fn export_device_arrays(
     export_source(field, device_type, source)
 }
 
-/// The struct field a record-batch stream's schema is exported as.
-pub(crate) fn record_batch_field(schema: &SchemaRef) -> Field {
+/// The struct field a stream of record batches of `schema` has as its type
+/// (the schema's metadata kept as the field's): what [`export_reader`]
+/// exports and what [`export_device_arrays`] takes for such a stream.
+pub fn record_batch_field(schema: &SchemaRef) -> Field {
     Field::new("", DataType::Struct(schema.fields().clone()), false)
         .with_metadata(schema.metadata().clone())
 }

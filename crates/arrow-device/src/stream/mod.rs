@@ -17,7 +17,7 @@ pub use async_export::{
     AsyncDeviceStreamProducer, AsyncProducerDriver,
 };
 pub use async_import::{AsyncDeviceStream, AsyncStreamHandler};
-pub use export::{export_device_arrays, export_reader, export_reader_to};
+pub use export::{export_device_arrays, export_reader, export_reader_to, record_batch_field};
 pub use import::{DeviceStreamReader, HostBatchReader};
 
 /// A defect of a stream rather than of one array's tree: the path is the
