@@ -9,7 +9,7 @@
 # its GPU integration tests (tests/cuda_gpu.rs, tests/cuda_interop_gpu.rs,
 # tests/cuda_share.rs), the
 # golden IPC streams (for the Python suite), the `gpu_bench` example, the
-# CLI and the Python wheel (abi3), binaries stripped of debug info, plus
+# CLI and the Python wheel (abi3), binaries stripped of debug info and gzipped, plus
 # MANIFEST (git revision, date, files). The kit must stay well under 60 MiB:
 # it travels to the GPU machine beside the working tree.
 #
@@ -158,6 +158,10 @@ build_kit() {
         echo "files:"
         (cd "$kit" && find . -type f ! -name MANIFEST -printf '%P %s bytes\n' | sort)
     } >"$kit/MANIFEST"
+    # The binaries keep their symbols (a panic's backtrace names functions)
+    # and travel gzipped, about a third of their size: the kit must fit
+    # beside the working tree. `run` unpacks them.
+    gzip -9 "$kit"/bin/* || die "gzip of the kit's binaries failed"
 
     local bytes
     bytes=$(du -sb "$kit" | cut -f1)
@@ -381,6 +385,11 @@ run_suite() {
             die "no kit in $kit and no cargo here: run 'bash scripts/gpu-check.sh kit' on a machine with Rust and carry $kit"
         fi
     fi
+    local packed
+    for packed in "$kit"/bin/*.gz; do
+        [ -e "$packed" ] || continue
+        gunzip -f "$packed" || die "cannot unpack $packed"
+    done
 
     steps_dir=$(mktemp -d)
     started=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
