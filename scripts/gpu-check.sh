@@ -425,6 +425,8 @@ run_suite() {
         "$python" -m pytest -q -rs -p no:cacheprovider crates/arrow-device-python/tests/test_cuda_gpu.py
     step "CLI on the GPU" 90 "" "$kit/bin/arrow-device" --device cuda --no-progress
     step "CLI on the GPU, one device stream" 90 "" "$kit/bin/arrow-device" --device cuda --stream --no-progress
+    step "Flight fetch onto the GPU (loopback, 10M rows)" 120 "" \
+        bash scripts/gpu-flight-fetch.sh "$kit/bin/arrow-device" 10000000 3 cpu cuda
     # The CUDA tests again under compute-sanitizer (memcheck: out-of-bounds
     # and misaligned device accesses, leaked device allocations; synccheck:
     # barrier misuse in our kernels), where the image has it. API errors are
