@@ -150,7 +150,11 @@ build_kit() {
     ls "$kit"/wheel/*.whl >/dev/null 2>&1 || die "maturin wrote no wheel"
 
     {
-        echo "git revision: $(git_rev)"
+        local changed=""
+        if command -v git >/dev/null && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+            changed=", with uncommitted changes to tracked files"
+        fi
+        echo "git revision: $(git_rev)$changed"
         echo "built: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(uname -n) ($(uname -m))"
         echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
         echo "cli: $cli_note"
