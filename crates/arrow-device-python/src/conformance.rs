@@ -24,12 +24,12 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
-use crate::array::PyDeviceArray;
-use crate::capsule::{
+use arrow_device_pyo3::array::DeviceArrayObject;
+use arrow_device_pyo3::capsule::{
     self, ARROW_ARRAY, ARROW_ARRAY_STREAM, ARROW_DEVICE_ARRAY, ARROW_DEVICE_ARRAY_STREAM,
 };
-use crate::device::PyDevice;
-use crate::errors::{guard, IntoPy};
+use arrow_device_pyo3::device::DeviceObject;
+use arrow_device_pyo3::errors::{guard, PyResultExt};
 
 /// A check as Python sees it: `(id, outcome, message, section, advisory)`.
 type Row = (String, &'static str, String, &'static str, bool);
@@ -485,10 +485,10 @@ pub fn _conformance_dlpack_take(capsule: &Bound<'_, PyAny>) -> PyResult<PyTakenT
 #[pyfunction]
 #[pyo3(signature = (device = None, start = 0, rows = 1000))]
 pub fn _conformance_sample(
-    device: Option<&PyDevice>,
+    device: Option<&DeviceObject>,
     start: i64,
     rows: i64,
-) -> PyResult<PyDeviceArray> {
+) -> PyResult<DeviceArrayObject> {
     guard(|| {
         let range = start..start + rows.max(0);
         let ids =
@@ -530,7 +530,7 @@ pub fn _conformance_sample(
             Some(device) => array.to_device(device.require()?).py()?,
             None => array,
         };
-        Ok(PyDeviceArray::new(array))
+        Ok(DeviceArrayObject::new(array))
     })
 }
 
@@ -538,8 +538,8 @@ pub fn _conformance_sample(
 /// what it was given: None when equal, or where they differ.
 #[pyfunction]
 pub fn _conformance_compare(
-    expected: &PyDeviceArray,
-    found: Vec<PyRef<'_, PyDeviceArray>>,
+    expected: &DeviceArrayObject,
+    found: Vec<PyRef<'_, DeviceArrayObject>>,
 ) -> PyResult<Option<String>> {
     guard(|| {
         let expected = expected.inner.to_host().py()?;

@@ -36,11 +36,11 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString};
 
-use crate::capsule::{self, type_name, ARROW_SCHEMA};
-use crate::device::PyDevice;
-use crate::errors::{guard, FlightError, IntoPy};
-use crate::interpreter::{attached, PyOwned};
-use crate::stream::{has_stream_protocol, python_error, reader_of, PyDeviceStream};
+use arrow_device_pyo3::capsule::{self, type_name, ARROW_SCHEMA};
+use arrow_device_pyo3::device::DeviceObject;
+use arrow_device_pyo3::errors::{guard, FlightError, PyResultExt};
+use arrow_device_pyo3::interpreter::{attached, PyOwned};
+use arrow_device_pyo3::stream::{has_stream_protocol, python_error, reader_of, DeviceStreamObject};
 
 /// A Flight error as its Python exception: a location or an option that
 /// cannot be used is a bad argument (`ValueError`), a local system call
@@ -51,14 +51,14 @@ fn to_py(error: Error) -> PyErr {
     match error {
         Error::Location { .. } | Error::Config { .. } => PyValueError::new_err(error.to_string()),
         Error::Io { .. } => PyOSError::new_err(error.to_string()),
-        Error::Device(e) => crate::errors::to_py(e),
+        Error::Device(e) => arrow_device_pyo3::errors::to_py(e),
         Error::External(e) => PyRuntimeError::new_err(e.to_string()),
         other => FlightError::new_err(other.to_string()),
     }
 }
 
 /// `device=None` is the CPU.
-fn device_of(device: Option<PyRef<'_, PyDevice>>) -> PyResult<DeviceRef> {
+fn device_of(device: Option<PyRef<'_, DeviceObject>>) -> PyResult<DeviceRef> {
     match device {
         None => Ok(device::cpu()),
         Some(device) => device.require().cloned(),
@@ -139,11 +139,11 @@ pub fn fetch(
     py: Python<'_>,
     location: &str,
     ticket: &Bound<'_, PyAny>,
-    device: Option<PyRef<'_, PyDevice>>,
+    device: Option<PyRef<'_, DeviceObject>>,
     token: Option<String>,
     tls_root: Option<&Bound<'_, PyAny>>,
     prefetch: i64,
-) -> PyResult<PyDeviceStream> {
+) -> PyResult<DeviceStreamObject> {
     let ticket = ticket_of(ticket)?;
     let device = device_of(device)?;
     let options = client_options(token, tls_root, prefetch)?;
@@ -152,7 +152,7 @@ pub fn fetch(
             .detach(|| arrow_device_flight::fetch_batches(location, ticket, &device, &options))
             .map_err(to_py)?;
         let field = record_batch_field(&batches.schema());
-        Ok(PyDeviceStream::from_remote(
+        Ok(DeviceStreamObject::from_remote(
             field,
             device.device_type(),
             batches,
@@ -440,7 +440,7 @@ fn python_sink(
         let field = record_batch_field(&batches.schema());
         let device_type = batches.device().device_type();
         attached(|py| {
-            let stream = Bound::new(py, PyDeviceStream::from_remote(field, device_type, batches))
+            let stream = Bound::new(py, DeviceStreamObject::from_remote(field, device_type, batches))
                 .map_err(|err| python_error(py, err))?;
             let result = descriptor_object(py, descriptor)
                 .and_then(|descriptor| sink.bind(py).call1((descriptor, stream.clone())));
@@ -469,7 +469,7 @@ pub fn serve(
     token: Option<String>,
     tls: Option<&Bound<'_, PyAny>>,
     sink: Option<&Bound<'_, PyAny>>,
-    sink_device: Option<PyRef<'_, PyDevice>>,
+    sink_device: Option<PyRef<'_, DeviceObject>>,
     depth: i64,
 ) -> PyResult<PyFlightServer> {
     let sources = sources.cast::<PyDict>().map_err(|_| {

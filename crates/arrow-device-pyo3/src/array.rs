@@ -12,27 +12,27 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::capsule::{self, ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
-use crate::device::PyDevice;
-use crate::errors::{guard, IntoPy};
+use crate::device::DeviceObject;
+use crate::errors::{guard, PyResultExt};
 
 /// An Arrow array on a device (a record batch is a struct array that keeps
 /// the schema's metadata). Immutable; copies happen only when asked for
 /// (`to`), never behind the caller's back.
 #[pyclass(name = "DeviceArray", module = "arrow_device", frozen)]
-pub struct PyDeviceArray {
+pub struct DeviceArrayObject {
     /// Dropped by `Drop` below (hence `ManuallyDrop`), never elsewhere.
     pub inner: ManuallyDrop<DeviceArray>,
 }
 
-impl PyDeviceArray {
+impl DeviceArrayObject {
     pub fn new(inner: DeviceArray) -> Self {
-        PyDeviceArray {
+        DeviceArrayObject {
             inner: ManuallyDrop::new(inner),
         }
     }
 }
 
-impl Drop for PyDeviceArray {
+impl Drop for DeviceArrayObject {
     /// Off the CPU, the last reference to an array may wait for its device
     /// (its memory is freed after the work queued on it), and that work may
     /// release a source that needs the GIL (a NumPy array the copy was made
@@ -100,7 +100,7 @@ pub fn requested_field(requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<
 /// with no arguments: nanoarrow's takes no `**kwargs`), then
 /// `__cuda_array_interface__`, then `__dlpack__`.
 pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<DeviceArray> {
-    if let Ok(array) = obj.cast::<PyDeviceArray>() {
+    if let Ok(array) = obj.cast::<DeviceArrayObject>() {
         return Ok(DeviceArray::clone(&array.get().inner));
     }
     // One interned lookup per protocol method: `hasattr` then
@@ -146,9 +146,9 @@ pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<De
 pub fn array(
     py: Python<'_>,
     obj: &Bound<'_, PyAny>,
-    device: Option<PyRef<'_, PyDevice>>,
+    device: Option<PyRef<'_, DeviceObject>>,
     validate: &str,
-) -> PyResult<PyDeviceArray> {
+) -> PyResult<DeviceArrayObject> {
     let level = parse_level(validate)?;
     guard(|| {
         let imported = import_any(obj, level)?;
@@ -159,16 +159,16 @@ pub fn array(
                 py.detach(|| imported.to_device(&target)).py()?
             }
         };
-        Ok(PyDeviceArray::new(placed))
+        Ok(DeviceArrayObject::new(placed))
     })
 }
 
 #[pymethods]
-impl PyDeviceArray {
+impl DeviceArrayObject {
     /// The device the array's buffers live on.
     #[getter]
-    fn device(&self) -> PyDevice {
-        PyDevice::of(
+    fn device(&self) -> DeviceObject {
+        DeviceObject::of(
             self.inner.device_type(),
             self.inner.device_id(),
             self.inner.device(),
@@ -199,18 +199,18 @@ impl PyDeviceArray {
 
     /// A zero-copy slice of `length` values from `offset` (as pyarrow's
     /// `Array.slice`, but both are required); `IndexError` past the end.
-    fn slice(&self, offset: usize, length: usize) -> PyResult<PyDeviceArray> {
-        guard(|| Ok(PyDeviceArray::new(self.inner.slice(offset, length).py()?)))
+    fn slice(&self, offset: usize, length: usize) -> PyResult<DeviceArrayObject> {
+        guard(|| Ok(DeviceArrayObject::new(self.inner.slice(offset, length).py()?)))
     }
 
     /// The array on `device`, copied there if it is not already (the copy's
     /// completion travels as the new array's `sync_event`).
-    fn to(&self, py: Python<'_>, device: PyRef<'_, PyDevice>) -> PyResult<PyDeviceArray> {
+    fn to(&self, py: Python<'_>, device: PyRef<'_, DeviceObject>) -> PyResult<DeviceArrayObject> {
         let target = device.require()?.clone();
         guard(|| {
             py.detach(|| self.inner.to_device(&target))
                 .py()
-                .map(PyDeviceArray::new)
+                .map(DeviceArrayObject::new)
         })
     }
 
@@ -317,7 +317,7 @@ impl PyDeviceArray {
     }
 }
 
-impl PyDeviceArray {
+impl DeviceArrayObject {
     fn requested(&self, requested_schema: Option<&Bound<'_, PyAny>>) -> PyResult<DeviceArray> {
         match requested_field(requested_schema)? {
             None => Ok(DeviceArray::clone(&self.inner)),

@@ -28,9 +28,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
-use crate::array::{parse_level, PyDeviceArray};
+use crate::array::{parse_level, DeviceArrayObject};
 use crate::capsule::type_name;
-use crate::device::PyDevice;
+use crate::device::DeviceObject;
 use crate::errors::{guard, without_gil};
 
 /// The library's sharing on Linux.
@@ -41,7 +41,7 @@ mod backend {
     use arrow_device::{DeviceArray, ValidationLevel};
     use pyo3::PyResult;
 
-    use crate::errors::IntoPy;
+    use crate::errors::PyResultExt;
 
     pub fn share(array: &DeviceArray) -> PyResult<SharedArray> {
         arrow_device::share::share(array).py()
@@ -249,7 +249,7 @@ pub struct PySharedArray {
 pub fn share_array(py: Python<'_>, array: &DeviceArray) -> PyResult<PySharedArray> {
     guard(|| {
         let shared = py.detach(|| backend::share(array))?;
-        let device = PyDevice::of(array.device_type(), array.device_id(), array.device());
+        let device = DeviceObject::of(array.device_type(), array.device_id(), array.device());
         Ok(PySharedArray {
             share: Share::new("SharedArray", shared),
             description: format!(
@@ -369,12 +369,12 @@ pub fn open_shared(
     py: Python<'_>,
     handle: &Bound<'_, PyAny>,
     validate: &str,
-) -> PyResult<PyDeviceArray> {
+) -> PyResult<DeviceArrayObject> {
     let level = parse_level(validate)?;
     let handle = handle_bytes(handle, "open_shared", "SharedArray")?;
     guard(|| {
         py.detach(|| backend::open_shared(&handle, level))
-            .map(PyDeviceArray::new)
+            .map(DeviceArrayObject::new)
     })
 }
 
@@ -389,7 +389,7 @@ pub mod stream {
     use super::{backend, handle_bytes, reduce_to_handle, Share};
     use crate::array::parse_level;
     use crate::errors::guard;
-    use crate::stream::PyDeviceStream;
+    use crate::stream::DeviceStreamObject;
 
     /// A `DeviceStream` this process shares (`DeviceStream.share()`) with
     /// one opener: while it is open, its handle opens the stream in any
@@ -445,12 +445,12 @@ pub mod stream {
         py: Python<'_>,
         handle: &Bound<'_, PyAny>,
         validate: &str,
-    ) -> PyResult<PyDeviceStream> {
+    ) -> PyResult<DeviceStreamObject> {
         let level = parse_level(validate)?;
         let handle = handle_bytes(handle, "open_shared_stream", "SharedStream")?;
         guard(|| {
             py.detach(|| backend::open_shared_stream(&handle, level))
-                .map(PyDeviceStream::from_shared_reader)
+                .map(DeviceStreamObject::from_shared_reader)
         })
     }
 }

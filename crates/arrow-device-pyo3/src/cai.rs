@@ -17,7 +17,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::capsule::type_name;
 use crate::device::cuda_unavailable;
-use crate::errors::{to_py, IntoPy};
+use crate::errors::{to_py, PyResultExt};
 use crate::interpreter::PyOwned;
 
 /// The dict's keys (spec v3); others are not read.

@@ -4,7 +4,7 @@
 use arrow_device::device::{self, emulated::EmulatedDevice, DeviceRef};
 use arrow_device::DeviceType;
 
-use crate::errors::IntoPy;
+use crate::errors::PyResultExt;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 /// outside the spec's list) and `.id` (-1 for the CPU).
 #[pyclass(name = "Device", module = "arrow_device", frozen, eq, hash)]
 #[derive(Clone)]
-pub struct PyDevice {
+pub struct DeviceObject {
     device_type: DeviceType,
     id: i64,
     /// `None` for a device this library has no implementation of (an opaque
@@ -20,21 +20,21 @@ pub struct PyDevice {
     pub inner: Option<DeviceRef>,
 }
 
-impl PartialEq for PyDevice {
+impl PartialEq for DeviceObject {
     fn eq(&self, other: &Self) -> bool {
         (self.device_type, self.id) == (other.device_type, other.id)
     }
 }
 
-impl std::hash::Hash for PyDevice {
+impl std::hash::Hash for DeviceObject {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         (self.device_type.0, self.id).hash(state);
     }
 }
 
-impl PyDevice {
+impl DeviceObject {
     pub fn new(device: DeviceRef) -> Self {
-        PyDevice {
+        DeviceObject {
             device_type: device.device_type(),
             id: device.device_id(),
             inner: Some(device),
@@ -43,7 +43,7 @@ impl PyDevice {
 
     /// The device an array reports, implemented here or not.
     pub fn of(device_type: DeviceType, id: i64, inner: Option<&DeviceRef>) -> Self {
-        PyDevice {
+        DeviceObject {
             device_type,
             id,
             inner: inner.cloned(),
@@ -75,7 +75,7 @@ pub fn device_type_object(py: Python<'_>, device_type: DeviceType) -> PyResult<P
 }
 
 #[pymethods]
-impl PyDevice {
+impl DeviceObject {
     /// The device type, as `arrow_device.DeviceType` (an `IntEnum`) or, for
     /// a type outside the spec's list, as its integer.
     #[getter(r#type)]
@@ -94,7 +94,7 @@ impl PyDevice {
     }
 }
 
-impl PyDevice {
+impl DeviceObject {
     /// `Device(EXT_DEV, 0)`; an unnamed type shows its number.
     pub fn repr_text(&self) -> String {
         match self.device_type.name() {
@@ -106,8 +106,8 @@ impl PyDevice {
 
 /// The CPU.
 #[pyfunction]
-pub fn cpu() -> PyDevice {
-    PyDevice::new(device::cpu())
+pub fn cpu() -> DeviceObject {
+    DeviceObject::new(device::cpu())
 }
 
 /// The emulated asynchronous device `EXT_DEV` number `id` (0 to 1023): memory
@@ -115,12 +115,12 @@ pub fn cpu() -> PyDevice {
 /// testing device paths without a GPU.
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
-pub fn emulated(id: i64) -> PyResult<PyDevice> {
+pub fn emulated(id: i64) -> PyResult<DeviceObject> {
     let device = EmulatedDevice::global(id).ok_or_else(|| {
         PyValueError::new_err(format!("emulated device ids are 0 to 1023, got {id}"))
     })?;
     let device: DeviceRef = device;
-    Ok(PyDevice::new(device))
+    Ok(DeviceObject::new(device))
 }
 
 /// The devices available in this process: the CPU, the emulated device 0
@@ -128,7 +128,7 @@ pub fn emulated(id: i64) -> PyResult<PyDevice> {
 /// when a CUDA driver and GPUs are present, each GPU's device, pinned and
 /// managed memory.
 #[pyfunction]
-pub fn devices() -> PyResult<Vec<PyDevice>> {
+pub fn devices() -> PyResult<Vec<DeviceObject>> {
     let mut found = vec![cpu(), emulated(0)?];
     if arrow_device::device::cuda::is_available() {
         let gpus = arrow_device::device::cuda::device_count().py()?;
@@ -138,7 +138,7 @@ pub fn devices() -> PyResult<Vec<PyDevice>> {
                 DeviceType::CUDA_HOST,
                 DeviceType::CUDA_MANAGED,
             ] {
-                found.push(PyDevice::new(cuda_device(device_type, id)?));
+                found.push(DeviceObject::new(cuda_device(device_type, id)?));
             }
         }
     }
@@ -148,22 +148,31 @@ pub fn devices() -> PyResult<Vec<PyDevice>> {
 /// CUDA device memory of GPU `id`.
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
-pub fn cuda(id: i64) -> PyResult<PyDevice> {
-    cuda_device(DeviceType::CUDA, id).map(PyDevice::new)
+pub fn cuda(id: i64) -> PyResult<DeviceObject> {
+    cuda_device(DeviceType::CUDA, id).map(DeviceObject::new)
 }
 
 /// Pinned host memory (`cudaMallocHost`) of GPU `id`'s context.
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
-pub fn cuda_host(id: i64) -> PyResult<PyDevice> {
-    cuda_device(DeviceType::CUDA_HOST, id).map(PyDevice::new)
+pub fn cuda_host(id: i64) -> PyResult<DeviceObject> {
+    cuda_device(DeviceType::CUDA_HOST, id).map(DeviceObject::new)
 }
 
 /// Managed (unified) memory of GPU `id`.
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
-pub fn cuda_managed(id: i64) -> PyResult<PyDevice> {
-    cuda_device(DeviceType::CUDA_MANAGED, id).map(PyDevice::new)
+pub fn cuda_managed(id: i64) -> PyResult<DeviceObject> {
+    cuda_device(DeviceType::CUDA_MANAGED, id).map(DeviceObject::new)
+}
+
+/// The device `(device_type, id)` as a `Device`: how an object of another
+/// extension's `Device` class becomes this package's (see
+/// `PyDevice`'s `IntoPyObject`).
+#[pyfunction]
+#[pyo3(name = "_device")]
+pub fn device_of(device_type: i32, id: i64) -> PyResult<DeviceObject> {
+    crate::PyDevice::resolve(DeviceType(device_type), id).map(|d| DeviceObject::new(d.into_inner()))
 }
 
 /// The CUDA device `(device_type, id)` (CUDA, CUDA_HOST or CUDA_MANAGED),

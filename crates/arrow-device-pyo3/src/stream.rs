@@ -17,10 +17,10 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
-use crate::array::{check_kwargs, import_any, parse_level, requested_field, PyDeviceArray};
+use crate::array::{check_kwargs, import_any, parse_level, requested_field, DeviceArrayObject};
 use crate::capsule::{self, ARROW_ARRAY_STREAM, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use crate::device::device_type_object;
-use crate::errors::{guard, to_py, IntoPy};
+use crate::errors::{guard, to_py, PyResultExt};
 use crate::interpreter::{attached, PyOwned};
 
 type Batches = Box<dyn Iterator<Item = arrow_device::Result<DeviceArray>> + Send>;
@@ -34,7 +34,7 @@ type Raised = Arc<PyOwned<Mutex<Option<PyErr>>>>;
 /// with `__arrow_c_device_stream__` / `__arrow_c_stream__` (pyarrow's
 /// `RecordBatchReader.from_stream`, `polars.DataFrame`, `duckdb.from_arrow`).
 #[pyclass(name = "DeviceStream", module = "arrow_device", frozen)]
-pub struct PyDeviceStream {
+pub struct DeviceStreamObject {
     field: Field,
     device_type: DeviceType,
     /// `None` once handed on. Never waited for: a second reader (another
@@ -47,11 +47,11 @@ pub struct PyDeviceStream {
     /// stream's exporter): such reads run detached from the GIL.
     reads_wait: bool,
     /// Why the batches are gone once they are: handed on (the default), or
-    /// closed by [`PyDeviceStream::close`] with its own reason.
+    /// closed by [`DeviceStreamObject::close`] with its own reason.
     closed: std::sync::OnceLock<&'static str>,
 }
 
-impl Drop for PyDeviceStream {
+impl Drop for DeviceStreamObject {
     /// As `DeviceArray`'s drop: batches off the CPU may wait for their
     /// device, whose queued work may need the GIL, so they go without it.
     fn drop(&mut self) {
@@ -171,11 +171,11 @@ pub fn python_error(py: Python<'_>, err: PyErr) -> Error {
 /// `array()`; the first one gives the stream its type and device type).
 #[pyfunction]
 #[pyo3(signature = (obj, *, validate = "default"))]
-pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<PyDeviceStream> {
+pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<DeviceStreamObject> {
     let level = parse_level(validate)?;
     guard(|| {
         if let Some(reader) = import_protocol(obj, level)? {
-            return Ok(PyDeviceStream::from_reader(reader));
+            return Ok(DeviceStreamObject::from_reader(reader));
         }
         from_iterable(obj, level)
     })
@@ -226,7 +226,7 @@ fn import_protocol(
 }
 
 /// A stream of an iterable of array-likes.
-fn from_iterable(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<PyDeviceStream> {
+fn from_iterable(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<DeviceStreamObject> {
     let Ok(iterator) = obj.try_iter() else {
         return Err(PyTypeError::new_err(format!(
             "expected an object with __arrow_c_device_stream__ or __arrow_c_stream__, or an iterable of arrays, got {}",
@@ -257,7 +257,7 @@ fn from_iterable(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<PyD
         device_type,
         std::iter::once(Ok(first)).chain(rest),
     );
-    Ok(PyDeviceStream {
+    Ok(DeviceStreamObject {
         field,
         device_type,
         batches: Mutex::new(Some(Box::new(batches))),
@@ -267,8 +267,9 @@ fn from_iterable(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<PyD
     })
 }
 
-impl PyDeviceStream {
-    fn from_reader(reader: DeviceStreamReader) -> Self {
+impl DeviceStreamObject {
+    /// A stream object reading `reader`.
+    pub fn from_reader(reader: DeviceStreamReader) -> Self {
         Self::reading(reader, false)
     }
 
@@ -287,7 +288,7 @@ impl PyDeviceStream {
         batches: impl Iterator<Item = arrow_device::Result<DeviceArray>> + Send + 'static,
     ) -> Self {
         let batches = check_arrays(field.data_type().clone(), device_type, batches);
-        PyDeviceStream {
+        DeviceStreamObject {
             field,
             device_type,
             batches: Mutex::new(Some(Box::new(batches))),
@@ -317,7 +318,7 @@ impl PyDeviceStream {
     }
 
     fn reading(reader: DeviceStreamReader, reads_wait: bool) -> Self {
-        PyDeviceStream {
+        DeviceStreamObject {
             field: reader.field().clone(),
             device_type: reader.device_type(),
             batches: Mutex::new(Some(Box::new(reader))),
@@ -376,7 +377,7 @@ impl PyDeviceStream {
 }
 
 #[pymethods]
-impl PyDeviceStream {
+impl DeviceStreamObject {
     /// The device type of every batch (`DeviceType`, or its integer).
     #[getter]
     fn device_type(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -393,7 +394,7 @@ impl PyDeviceStream {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyDeviceArray>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<DeviceArrayObject>> {
         guard(|| {
             let mut batches = self.try_batches()?;
             let Some(iterator) = batches.as_mut() else {
@@ -406,7 +407,7 @@ impl PyDeviceStream {
             };
             match next {
                 None => Ok(None),
-                Some(Ok(batch)) => Ok(Some(PyDeviceArray::new(batch))),
+                Some(Ok(batch)) => Ok(Some(DeviceArrayObject::new(batch))),
                 // A Python source's own exception, as it was raised.
                 Some(Err(err)) => Err(lock(&self.raised).take().unwrap_or_else(|| to_py(err))),
             }
