@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 /// A device: `.type` (a `DeviceType`, or the plain integer for a type
 /// outside the spec's list) and `.id` (-1 for the CPU).
-#[pyclass(name = "Device", module = "arrow_device", frozen, eq, hash)]
+#[pyclass(name = "Device", module = "arrow_device", frozen)]
 #[derive(Clone)]
 pub struct DeviceObject {
     device_type: DeviceType,
@@ -67,7 +67,14 @@ impl DeviceObject {
 /// `DeviceType(value)` from `arrow_device`, or the plain integer when the
 /// value is outside the enum.
 pub fn device_type_object(py: Python<'_>, device_type: DeviceType) -> PyResult<Py<PyAny>> {
-    let enum_class = py.import("arrow_device._types")?.getattr("DeviceType")?;
+    // An extension's own copy of the classes (no `arrow_device` package
+    // installed) has no enum to show: the integer serves.
+    let Ok(enum_class) = py
+        .import("arrow_device._types")
+        .and_then(|module| module.getattr("DeviceType"))
+    else {
+        return Ok(device_type.0.into_pyobject(py)?.into_any().unbind());
+    };
     match enum_class.call1((device_type.0,)) {
         Ok(member) => Ok(member.unbind()),
         Err(_) => Ok(device_type.0.into_pyobject(py)?.into_any().unbind()),
@@ -91,6 +98,47 @@ impl DeviceObject {
 
     fn __repr__(&self) -> String {
         self.repr_text()
+    }
+
+    /// Equal to a `Device` of the same type and id, also one of another
+    /// extension module's copy of this class (read through `type` and
+    /// `id`): devices are the process's, whichever binary names them.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        let same = match other.cast::<DeviceObject>() {
+            Ok(other) => Some(self == other.get()),
+            Err(_) => foreign_key(other)?.map(|key| key == (self.device_type.0, self.id)),
+        };
+        Ok(match same {
+            Some(same) => pyo3::types::PyBool::new(py, same).to_owned().into_any().unbind(),
+            None => py.NotImplemented(),
+        })
+    }
+
+    /// The hash of `(type, id)` as Python computes it, so that every
+    /// binary's copy of the class hashes a device alike.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        (self.device_type.0, self.id).into_pyobject(py)?.hash()
+    }
+}
+
+/// `(type, id)` of another binary's `arrow_device.Device`; `None` for any
+/// other object.
+fn foreign_key(other: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i64)>> {
+    let class = other.get_type();
+    if class.name()?.to_cow()? != "Device" || class.module()?.to_cow()? != "arrow_device" {
+        return Ok(None);
+    }
+    let py = other.py();
+    let (Some(device_type), Some(id)) = (
+        other.getattr_opt(pyo3::intern!(py, "type"))?,
+        other.getattr_opt(pyo3::intern!(py, "id"))?,
+    ) else {
+        return Ok(None);
+    };
+    match (device_type.extract::<i32>(), id.extract::<i64>()) {
+        (Ok(device_type), Ok(id)) => Ok(Some((device_type, id))),
+        _ => Ok(None),
     }
 }
 

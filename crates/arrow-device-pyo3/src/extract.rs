@@ -122,8 +122,9 @@ impl<'py> IntoPyObject<'py> for PyDeviceArray {
     type Error = PyErr;
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let device_type = self.0.device_type();
         let object = Bound::new(py, DeviceArrayObject::new(self.0))?.into_any();
-        Package::get(py).adopt(object, Kind::Array)
+        Package::get(py).adopt(object, Kind::Array, device_type)
     }
 }
 
@@ -203,8 +204,9 @@ impl<'py> IntoPyObject<'py> for PyDeviceStream {
     type Error = PyErr;
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let device_type = self.0.device_type();
         let object = Bound::new(py, DeviceStreamObject::from_reader(self.0))?.into_any();
-        Package::get(py).adopt(object, Kind::Stream)
+        Package::get(py).adopt(object, Kind::Stream, device_type)
     }
 }
 
@@ -328,8 +330,9 @@ impl<'py> IntoPyObject<'py> for PyDevice {
     type Error = PyErr;
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let device_type = self.0.device_type();
         let object = Bound::new(py, DeviceObject::new(self.0))?.into_any();
-        Package::get(py).adopt(object, Kind::Device)
+        Package::get(py).adopt(object, Kind::Device, device_type)
     }
 }
 
@@ -377,8 +380,17 @@ impl Package {
         })
     }
 
-    /// `object` (of this binary's classes) as the package's own.
-    fn adopt<'py>(&self, object: Bound<'py, PyAny>, kind: Kind) -> PyResult<Bound<'py, PyAny>> {
+    /// `object` (of this binary's classes) as the package's own, unless it
+    /// is on the emulated device: each binary has its own emulated devices
+    /// (statics of its copy of arrow-device), so the package could not
+    /// use that object's events or memory, while this binary can when the
+    /// object comes back. CPU and CUDA memory and events are the process's.
+    fn adopt<'py>(
+        &self,
+        object: Bound<'py, PyAny>,
+        kind: Kind,
+        device_type: DeviceType,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let Package::Other {
             array,
             stream,
@@ -387,6 +399,9 @@ impl Package {
         else {
             return Ok(object);
         };
+        if device_type == DeviceType::EXT_DEV {
+            return Ok(object);
+        }
         let py = object.py();
         match kind {
             // Our own export, read back by the package: the structure is

@@ -373,7 +373,10 @@ impl EmulatedDevice {
         event::lookup(sync_event).ok_or_else(|| {
             self.error(format!(
                 "{call}: sync_event {sync_event:p} is not a live emulated event \
-                 (expected the pointer of an Event from an emulated device's create_event)"
+                 (expected the pointer of an Event from an emulated device's create_event; \
+                 emulated devices are per binary: an array another binary made on its \
+                 emulated device, such as another Python extension module linking its own \
+                 copy of arrow-device, cannot be used here)"
             ))
         })
     }
