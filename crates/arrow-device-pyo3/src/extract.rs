@@ -370,7 +370,7 @@ impl Package {
             return Ok(Package::Absent);
         };
         let theirs = module.getattr("DeviceArray")?.cast_into::<PyType>()?;
-        if theirs.is(&py.get_type::<DeviceArrayObject>()) {
+        if theirs.is(py.get_type::<DeviceArrayObject>()) {
             return Ok(Package::Ours);
         }
         Ok(Package::Other {
