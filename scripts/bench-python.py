@@ -42,12 +42,33 @@ table shows medians only (per call, over the repeats) and their ratios.
 
 Targets (issue 14): (a) ours/pyarrow <= 0.5, (b) ours/pyarrow <= 0.8.
 
+(d) DLPack import, the C exchange table (DLPack 1.3,
+    `type(x).__dlpack_c_exchange_api__`) against `__dlpack__`, for the same
+    producer in the same run: `arrow_device.array(x)` of 1000 int64 values
+    on the CPU, each path forced by a wrapper type around one
+    `arrow_device.DeviceArray` (`array()` takes a DeviceArray as it is):
+
+      table      `ViaTable(ours)`: its type's table is DeviceArray's own,
+                 except `managed_tensor_from_py_object_no_sync`, a ctypes
+                 callback that unwraps the array and calls DeviceArray's
+                 (one Python-level hop a native producer does not have)
+      __dlpack__ `ViaDlpack(ours)`: no table; `__dlpack__` and
+                 `__dlpack_device__` are the DeviceArray's bound methods
+                 (no Python frame)
+
+    The ctypes hop is also timed alone, as a reference (`hop`: the
+    callback called through ctypes, the producer's function answering an
+    error at once). Where PyTorch is importable, a torch CPU tensor is
+    measured too: its table is native (`array(t)`) against its
+    `__dlpack__` (`array(ViaDlpack(t))`).
+
 Usage: scripts/bench-python.py [--quick] [--json PATH] [--repeats N] [--min-time S]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import importlib.metadata
 import json
@@ -204,7 +225,13 @@ def measure_case(case: Case, repeats: int, min_time: float) -> dict[str, Side]:
         "ours": arrow_device.array(case.src),
         "na": nad.c_device_array(case.src),
     }
-    sides = [Side(key, label, timeit.Timer(stmt, globals=namespace)) for key, label, stmt in SIDES]
+    return measure(SIDES, namespace, repeats, min_time)
+
+
+def measure(statements: list[tuple[str, str, str]], namespace: dict[str, Any], repeats: int, min_time: float) -> dict[str, Side]:
+    """Each (key, label, statement) timed over `namespace`: calibrated,
+    warmed up, then `repeats` round-robin repeats."""
+    sides = [Side(key, label, timeit.Timer(stmt, globals=namespace)) for key, label, stmt in statements]
     gc.collect()
     for side in sides:
         side.number = calibrate(side.timer, min_time)
@@ -215,6 +242,211 @@ def measure_case(case: Case, repeats: int, min_time: float) -> dict[str, Side]:
         for side in sides[shift:] + sides[:shift]:
             side.per_call.append(side.timer.timeit(side.number) / side.number)
     return {side.key: side for side in sides}
+
+
+# --------------------------------------------------------------------------
+# (d) DLPack: the C exchange table against __dlpack__
+
+
+class ExchangeAPI(ctypes.Structure):
+    """dlpack.h 1.3's `DLPackExchangeAPI`, its header flattened."""
+
+    _fields_ = [
+        ("major", ctypes.c_uint32),
+        ("minor", ctypes.c_uint32),
+        ("prev_api", ctypes.c_void_p),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    ]
+
+
+EXCHANGE_API = b"dlpack_exchange_api"
+_GET_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_NEW_CAPSULE = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+OURS = ExchangeAPI.from_address(_GET_POINTER(arrow_device.DeviceArray.__dlpack_c_exchange_api__, EXCHANGE_API))
+# Called with the GIL held, as dlpack.h says.
+_FROM_PY_OBJECT = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+_OUR_FROM_PY_OBJECT = _FROM_PY_OBJECT(OURS.managed_tensor_from_py_object_no_sync)
+_FORWARD_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+
+
+def _forward(address: int, out: Any) -> int:
+    via = ctypes.cast(ctypes.c_void_p(address), ctypes.py_object).value
+    via.table_calls += 1
+    try:
+        return _OUR_FROM_PY_OBJECT(via.array, out)
+    except Exception:  # raised from the exception ours set: report it as failed
+        return -1
+
+
+_FORWARD = _FORWARD_TYPE(_forward)
+_OUR_CURRENT_WORK_STREAM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(
+    OURS.current_work_stream
+)
+
+
+def _hop(address: int, out: Any) -> int:
+    """`_forward`'s shape with a native call that does nothing (our
+    `current_work_stream` of the CPU): the cost of the hop itself."""
+    via = ctypes.cast(ctypes.c_void_p(address), ctypes.py_object).value
+    via.table_calls += 1
+    return _OUR_CURRENT_WORK_STREAM(1, 0, out)
+
+
+_HOP = _FORWARD_TYPE(_hop)
+_SHIM = ExchangeAPI(
+    1, 3, None,
+    OURS.managed_tensor_allocator,
+    ctypes.cast(_FORWARD, ctypes.c_void_p).value,
+    OURS.managed_tensor_to_py_object_no_sync,
+    None,
+    OURS.current_work_stream,
+)
+
+
+class ViaTable:
+    """An `arrow_device` array whose type's exchange table forwards to
+    DeviceArray's (the ctypes hop above); `__dlpack__` counts its calls."""
+
+    __dlpack_c_exchange_api__ = _NEW_CAPSULE(ctypes.addressof(_SHIM), EXCHANGE_API, None)
+
+    def __init__(self, array: Any):
+        self.array = array
+        self.table_calls = 0
+        self.dlpack_calls = 0
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        self.dlpack_calls += 1
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.array.__dlpack_device__()
+
+
+class ViaDlpack:
+    """A producer's DLPack methods without its type's table: the bound
+    methods themselves, so no Python frame is added."""
+
+    def __init__(self, producer: Any):
+        self.__dlpack__ = producer.__dlpack__
+        self.__dlpack_device__ = producer.__dlpack_device__
+
+
+class CountingDlpack(ViaDlpack):
+    def __init__(self, producer: Any):
+        super().__init__(producer)
+        self.calls = 0
+        inner = self.__dlpack__
+
+        def counted(**kwargs: Any) -> Any:
+            self.calls += 1
+            return inner(**kwargs)
+
+        self.__dlpack__ = counted
+
+
+TABLE = "table"
+DLPACK = "dlpack"
+HOP = "hop"
+DLPACK_SIDES = [
+    (TABLE, "arrow_device.array(via_table)", "array(via_table)"),
+    (DLPACK, "arrow_device.array(via_dlpack)", "array(via_dlpack)"),
+    (HOP, "hop(via_table_address, slot) (the ctypes hop alone)", "hop(via_table_address, slot)"),
+]
+
+
+@dataclass
+class DlpackCase:
+    name: str
+    sides: dict[str, Side]
+
+
+def dlpack_source() -> pa.Array:
+    return pa.array(range(1000), type=pa.int64())
+
+
+def check_dlpack_paths(source: pa.Array) -> None:
+    """Each wrapper takes the path it is named after, with the source's values."""
+    ours = arrow_device.array(source)
+    via_table = ViaTable(ours)
+    got = pa.array(arrow_device.array(via_table))
+    assert got.equals(source), "the table path differs from the source"
+    assert (via_table.table_calls, via_table.dlpack_calls) == (1, 0), "the table was not used"
+    assert got.buffers()[1].address == source.buffers()[1].address, "the table path copied"
+    counting = CountingDlpack(ours)
+    assert pa.array(arrow_device.array(counting)).equals(source), "the __dlpack__ path differs"
+    assert counting.calls == 1, "__dlpack__ was not used"
+    slot = ctypes.c_void_p(1)
+    assert _HOP(id(via_table), ctypes.byref(slot)) == 0 and slot.value is None
+
+
+def measure_dlpack(repeats: int, min_time: float) -> list[DlpackCase]:
+    source = dlpack_source()
+    check_dlpack_paths(source)
+    ours = arrow_device.array(source)
+    via_table = ViaTable(ours)
+    namespace = {
+        "array": arrow_device.array,
+        "via_table": via_table,
+        "via_dlpack": ViaDlpack(ours),
+        "hop": _HOP,
+        "via_table_address": id(via_table),
+        "slot": ctypes.byref(ctypes.c_void_p()),
+    }
+    cases = [DlpackCase("arrow_device DeviceArray, int64 × 1000 (CPU)", measure(DLPACK_SIDES, namespace, repeats, min_time))]
+    torch_case = measure_torch(source, repeats, min_time)
+    if torch_case is not None:
+        cases.append(torch_case)
+    return cases
+
+
+def measure_torch(source: pa.Array, repeats: int, min_time: float) -> DlpackCase | None:
+    """A torch CPU tensor: its native table against its `__dlpack__`;
+    `None` when torch is not importable or publishes no table."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        return None
+    tensor = torch.arange(1000, dtype=torch.int64)
+
+    class Counting(torch.Tensor):
+        calls = 0
+
+        def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+            Counting.calls += 1
+            return super().__dlpack__(*args, **kwargs)
+
+    assert pa.array(arrow_device.array(tensor.as_subclass(Counting))).equals(source)
+    assert Counting.calls == 0, "torch's table was not used"
+    counting = CountingDlpack(tensor)
+    assert pa.array(arrow_device.array(counting)).equals(source) and counting.calls == 1
+    namespace = {"array": arrow_device.array, "via_table": tensor, "via_dlpack": ViaDlpack(tensor)}
+    statements = [
+        (TABLE, "arrow_device.array(t)", "array(via_table)"),
+        (DLPACK, "arrow_device.array(ViaDlpack(t))", "array(via_dlpack)"),
+    ]
+    return DlpackCase(f"torch {torch.__version__} Tensor, int64 × 1000 (CPU)", measure(statements, namespace, repeats, min_time))
+
+
+def dlpack_table(cases: list[DlpackCase]) -> list[str]:
+    lines = [
+        "| producer | table (µs) | `__dlpack__` (µs) | table/`__dlpack__` | ctypes hop (µs, ref.) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for case in cases:
+        table, dlpack = case.sides[TABLE].median, case.sides[DLPACK].median
+        hop = us(case.sides[HOP].median) if HOP in case.sides else "–"
+        lines.append(f"| {case.name} | {us(table)} | {us(dlpack)} | {table / dlpack:.2f}× | {hop} |")
+    return lines
 
 
 # --------------------------------------------------------------------------
@@ -275,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in selected:
         check_equal(case)
     results = [(case, measure_case(case, repeats, min_time)) for case in selected]
+    dlpack_cases = measure_dlpack(repeats, min_time)
 
     try:
         version = importlib.metadata.version("arrow_device")
@@ -305,6 +538,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     print()
     print(f"targets ((a) ≤ 0.50×, (b) ≤ 0.80× ours/pyarrow): {'met' if target_met else 'NOT met (⚠ rows)'}")
+    print()
+    print("## (d) DLPack import: the C exchange table vs `__dlpack__`")
+    print()
+    print("- `arrow_device.array(x)`, median per call, both paths in the same run, sides interleaved as above")
+    print("- DeviceArray: table = `ViaTable(ours)`, whose table forwards to DeviceArray's through one ctypes "
+          "callback (the last column times that hop alone, called through ctypes from Python: about what a native producer's table saves); "
+          "`__dlpack__` = `ViaDlpack(ours)`, DeviceArray's bound `__dlpack__`/`__dlpack_device__`")
+    print("- torch (when importable): table = `array(t)` (torch's native table), `__dlpack__` = `array(ViaDlpack(t))`")
+    print()
+    print("\n".join(dlpack_table(dlpack_cases)))
 
     if args.json:
         raw = {
@@ -335,6 +578,22 @@ def main(argv: list[str] | None = None) -> int:
                     },
                 }
                 for case, sides in results
+            ],
+            "dlpack_exchange": [
+                {
+                    "producer": case.name,
+                    "sides": {
+                        key: {
+                            "statement": side.label,
+                            "loops_per_repeat": side.number,
+                            "per_call_s": side.per_call,
+                            "median_s": side.median,
+                        }
+                        for key, side in case.sides.items()
+                    },
+                    "table_over_dlpack": case.sides[TABLE].median / case.sides[DLPACK].median,
+                }
+                for case in dlpack_cases
             ],
         }
         with open(args.json, "w", encoding="utf-8") as out:

@@ -141,13 +141,13 @@ build_kit() {
     strip_into "$exe" "$kit/bin/arrow-device"
     rm -f "$log"
 
+    # The wheel the test command tests: scripts/python-env.sh builds it
+    # (release, manylinux_2_27, linked by zig without a symbol table) into
+    # the kit, and installs it into its environment.
     echo "== Python wheel" >&2
-    if [ ! -x target/venv/bin/maturin ]; then
-        bash scripts/python-env.sh >/dev/null || die "scripts/python-env.sh failed (it installs maturin)"
-    fi
-    target/venv/bin/maturin build --release --strip -q \
-        -m crates/arrow-device-python/Cargo.toml -o "$kit/wheel" >&2 || die "maturin build failed"
-    ls "$kit"/wheel/*.whl >/dev/null 2>&1 || die "maturin wrote no wheel"
+    ARROW_DEVICE_WHEELS="$kit/wheel" bash scripts/python-env.sh >/dev/null ||
+        die "scripts/python-env.sh failed (it builds the wheel)"
+    ls "$kit"/wheel/*.whl >/dev/null 2>&1 || die "scripts/python-env.sh wrote no wheel"
 
     {
         local changed=""

@@ -43,9 +43,18 @@ bash scripts/fuzz.sh short 20
 bash scripts/sanitizers.sh asan
 bash scripts/sanitizers.sh miri-short
 
-# The Python package, built into a virtual environment with its peers;
-# then its CUDA paths against the stand-in.
+# The Python package as users install it: its wheel (one release build,
+# manylinux-checked) installed into a virtual environment with its peers;
+# its stubs checked against the installed module (no allowlist: stubtest
+# sees every name the stubs declare); the suite run against that install,
+# docstring examples included, where an import from the source folder
+# fails (ARROW_DEVICE_REQUIRE_WHEEL); then its CUDA paths against the
+# stand-in.
 python=$(bash scripts/python-env.sh)
-"$python" -m pytest -q crates/arrow-device-python/tests
+"$python" -m mypy.stubtest arrow_device --mypy-config-file crates/arrow-device-python/pyproject.toml
+ARROW_DEVICE_REQUIRE_WHEEL=1 "$python" -m pytest -q crates/arrow-device-python/tests
 LD_LIBRARY_PATH=$standin ARROW_DEVICE_REQUIRE_STANDIN=1 \
     "$python" -m pytest -q crates/arrow-device-python/tests/test_cuda_standin.py
+# The example PyO3 extension on arrow-device-pyo3, built as a wheel and
+# called with pyarrow, nanoarrow, numpy, polars and emulated arrays.
+bash scripts/pyo3-example.sh "$python"

@@ -18,6 +18,23 @@ use crate::errors::{guard, PyResultExt};
 /// An Arrow array on a device (a record batch is a struct array that keeps
 /// the schema's metadata). Immutable; copies happen only when asked for
 /// (`to`), never behind the caller's back.
+///
+/// Made by `arrow_device.array()` from anything that exports an array (the
+/// Arrow PyCapsule protocol, the CUDA Array Interface, DLPack), and read by
+/// anything that imports one: `pyarrow.array`, `pyarrow.record_batch`,
+/// `polars.Series`, `numpy.from_dlpack`, `nanoarrow.device.c_device_array`.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> a = arrow_device.array(pa.array([1, None, 3]))
+/// >>> a
+/// DeviceArray(type=Int64, len=3, device=Device(CPU, -1))
+/// >>> len(a), a.null_count
+/// (3, 1)
+/// >>> pa.array(a).to_pylist()
+/// [1, None, 3]
+///
+/// ```
 #[pyclass(name = "DeviceArray", module = "arrow_device", frozen)]
 pub struct DeviceArrayObject {
     /// Dropped by `Drop` below (hence `ManuallyDrop`), never elsewhere.
@@ -132,6 +149,10 @@ pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<De
         return crate::cai::import(obj, &interface);
     }
     if obj.hasattr(pyo3::intern!(py, "__dlpack__"))? {
+        // DLPack 1.3: the C exchange table of the producer's type first.
+        if let Some(array) = crate::exchange::import(obj)? {
+            return Ok(array);
+        }
         return crate::dlpack::import(obj);
     }
     Err(PyTypeError::new_err(format!(
@@ -140,7 +161,31 @@ pub fn import_any(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<De
     )))
 }
 
-/// `arrow_device.array(obj, *, device=None, validate="default")`.
+/// Imports `obj` as a `DeviceArray`, zero-copy: a `DeviceArray` itself, or
+/// an object with `__arrow_c_device_array__` or `__arrow_c_array__` (a
+/// record batch becomes a struct array), then `__cuda_array_interface__`,
+/// then `__dlpack__`, in that order. `device` copies the array onto that
+/// device (as `to` does).
+///
+/// `validate` is how much of what the producer hands over is checked, each
+/// level adding to the one before: `"none"` (the structs and the buffer
+/// sizes, what keeps this package memory-safe), `"minimal"` (validity
+/// buffers, child lengths), `"default"` (the first and last list offsets
+/// and run ends) or `"full"` (every value on host-accessible memory:
+/// offsets, UTF-8, dictionary keys). `TypeError` for an object with none of
+/// the protocols, `ValueError` naming what is wrong in an invalid one.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa, numpy as np
+/// >>> arrow_device.array(pa.array(["a", None]))
+/// DeviceArray(type=Utf8, len=2, device=Device(CPU, -1))
+/// >>> arrow_device.array(np.arange(3)).type  # through DLPack
+/// 'Int64'
+/// >>> batch = pa.record_batch({"x": [1, 2]})
+/// >>> arrow_device.array(batch, device=arrow_device.emulated(), validate="full")
+/// DeviceArray(type=Struct("x": Int64), len=2, device=Device(EXT_DEV, 0))
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (obj, *, device = None, validate = "default"))]
 pub fn array(
@@ -166,6 +211,16 @@ pub fn array(
 #[pymethods]
 impl DeviceArrayObject {
     /// The device the array's buffers live on.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> a = arrow_device.array(pa.array([1, 2]))
+    /// >>> a.device
+    /// Device(CPU, -1)
+    /// >>> a.to(arrow_device.emulated(1)).device
+    /// Device(EXT_DEV, 1)
+    ///
+    /// ```
     #[getter]
     fn device(&self) -> DeviceObject {
         DeviceObject::of(
@@ -175,19 +230,45 @@ impl DeviceArrayObject {
         )
     }
 
-    /// The Arrow data type, as text (e.g. `Int64`, `Struct("a": Utf8)`).
+    /// The Arrow data type, as text (arrow-rs's names; `pyarrow.field(array)`
+    /// gives it as a pyarrow type).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> arrow_device.array(pa.array([1.5])).type
+    /// 'Float64'
+    /// >>> arrow_device.array(pa.record_batch({"a": ["x"]})).type
+    /// 'Struct("a": Utf8)'
+    ///
+    /// ```
     #[getter(r#type)]
     fn data_type(&self) -> String {
         self.inner.data_type().to_string()
     }
 
-    /// Number of nulls, or `None` when it is unknown.
+    /// Number of nulls, or `None` when the producer did not count them (-1
+    /// in the C struct).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> arrow_device.array(pa.array([1, None, None])).null_count
+    /// 2
+    ///
+    /// ```
     #[getter]
     fn null_count(&self) -> Option<usize> {
         self.inner.null_count()
     }
 
-    /// The array's offset into its buffers.
+    /// The array's offset into its buffers, in values (a slice's start).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> a = arrow_device.array(pa.array([1, 2, 3]))
+    /// >>> a.offset, a.slice(1, 2).offset
+    /// (0, 1)
+    ///
+    /// ```
     #[getter]
     fn offset(&self) -> usize {
         self.inner.offset()
@@ -199,12 +280,37 @@ impl DeviceArrayObject {
 
     /// A zero-copy slice of `length` values from `offset` (as pyarrow's
     /// `Array.slice`, but both are required); `IndexError` past the end.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> a = arrow_device.array(pa.array([1, 2, 3, 4]))
+    /// >>> pa.array(a.slice(1, 2)).to_pylist()
+    /// [2, 3]
+    ///
+    /// ```
     fn slice(&self, offset: usize, length: usize) -> PyResult<DeviceArrayObject> {
-        guard(|| Ok(DeviceArrayObject::new(self.inner.slice(offset, length).py()?)))
+        guard(|| {
+            Ok(DeviceArrayObject::new(
+                self.inner.slice(offset, length).py()?,
+            ))
+        })
     }
 
     /// The array on `device`, copied there if it is not already (the copy's
-    /// completion travels as the new array's `sync_event`).
+    /// completion travels as the new array's `sync_event`, so this returns
+    /// before the copy is done). `TypeError` for a device this package has no
+    /// implementation of.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> a = arrow_device.array(pa.array([1, 2, 3]))
+    /// >>> on_device = a.to(arrow_device.emulated())
+    /// >>> on_device
+    /// DeviceArray(type=Int64, len=3, device=Device(EXT_DEV, 0))
+    /// >>> pa.array(on_device.to(arrow_device.cpu())).to_pylist()
+    /// [1, 2, 3]
+    ///
+    /// ```
     fn to(&self, py: Python<'_>, device: PyRef<'_, DeviceObject>) -> PyResult<DeviceArrayObject> {
         let target = device.require()?.clone();
         guard(|| {
@@ -215,7 +321,23 @@ impl DeviceArrayObject {
     }
 
     /// `(schema, device array)` capsules (spec: `__arrow_c_device_array__`),
-    /// zero-copy, with the producer's `sync_event`.
+    /// zero-copy, with the producer's `sync_event`: how a consumer takes the
+    /// array, on whatever device it is. `requested_schema` (a schema capsule)
+    /// asks for another representation of the same type (`large_utf8` for
+    /// `utf8`); other keyword arguments must be `None`, else
+    /// `NotImplementedError` (spec).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> from nanoarrow.device import c_device_array
+    /// >>> a = arrow_device.array(pa.array([1, 2])).to(arrow_device.emulated())
+    /// >>> a.__arrow_c_device_array__()  # doctest: +ELLIPSIS
+    /// (<capsule object "arrow_schema" at 0x...>, <capsule object "arrow_device_array" at 0x...>)
+    /// >>> c = c_device_array(a)  # nanoarrow calls it
+    /// >>> c.device_type, c.device_id, c.array.length
+    /// (<DeviceType.EXT_DEV: 12>, 0, 2)
+    ///
+    /// ```
     #[pyo3(signature = (requested_schema = None, **kwargs))]
     fn __arrow_c_device_array__<'py>(
         &self,
@@ -237,7 +359,18 @@ impl DeviceArrayObject {
 
     /// `(schema, array)` capsules (spec: `__arrow_c_array__`), for data the
     /// host can read (after waiting on its event); zero-copy. Device data is
-    /// refused: copy it first with `.to(arrow_device.cpu())`.
+    /// refused (`ValueError`): copy it first with `.to(arrow_device.cpu())`.
+    /// `requested_schema` asks for another representation of the same type.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa, nanoarrow as na
+    /// >>> a = arrow_device.array(pa.array(["a", "b"]))
+    /// >>> pa.array(a).to_pylist()  # pyarrow takes it through the protocol
+    /// ['a', 'b']
+    /// >>> na.c_array(a, na.large_string()).schema.format  # requested_schema
+    /// 'U'
+    ///
+    /// ```
     #[pyo3(signature = (requested_schema = None))]
     fn __arrow_c_array__<'py>(
         &self,
@@ -265,7 +398,15 @@ impl DeviceArrayObject {
         })
     }
 
-    /// The array's schema as a capsule (spec: `__arrow_c_schema__`).
+    /// The array's schema as a capsule (spec: `__arrow_c_schema__`): a record
+    /// batch's fields and metadata, or the array's type.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> pa.schema(arrow_device.array(pa.record_batch({"a": [1]})))
+    /// a: int64
+    ///
+    /// ```
     fn __arrow_c_schema__<'py>(
         &self,
         py: Python<'py>,
@@ -275,13 +416,35 @@ impl DeviceArrayObject {
 
     /// Shares the array with the processes of this machine: a
     /// `SharedArray`, whose handle (picklable) `arrow_device.open_shared`
-    /// opens, zero-copy, while it is open. Linux only.
+    /// opens, zero-copy, while it is open. Linux only (elsewhere
+    /// `NotImplementedError`).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa, pickle
+    /// >>> a = arrow_device.array(pa.array([1, 2, 3]))
+    /// >>> with a.share() as shared:
+    /// ...     handle = pickle.dumps(shared)  # bytes for another process
+    /// ...     opened = arrow_device.open_shared(pickle.loads(handle))
+    /// >>> pa.array(opened).to_pylist()
+    /// [1, 2, 3]
+    ///
+    /// ```
     fn share(&self, py: Python<'_>) -> PyResult<crate::share::PySharedArray> {
         crate::share::share_array(py, &self.inner)
     }
 
     /// DLPack (array API standard): a capsule over the array's values, for
-    /// one-dimensional fixed-width numbers without nulls.
+    /// one-dimensional fixed-width numbers without nulls (`BufferError`
+    /// otherwise). `stream`, `max_version`, `dl_device` and `copy` are the
+    /// standard's keywords.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa, numpy as np
+    /// >>> a = arrow_device.array(pa.array([1.5, 2.5]))
+    /// >>> np.from_dlpack(a)  # numpy calls it
+    /// array([1.5, 2.5])
+    ///
+    /// ```
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         &self,
@@ -296,15 +459,50 @@ impl DeviceArrayObject {
 
     /// The CUDA Array Interface (version 3) of an array on CUDA or
     /// CUDA_MANAGED memory; `AttributeError` (so `hasattr` is False) for
-    /// anything it cannot describe.
+    /// anything it cannot describe. `stream` is `None` or a stream ordered
+    /// after the array's `sync_event` (never 0); an array with nulls has a
+    /// `mask` (a `CudaArrayMask`).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> a = arrow_device.array(pa.array([1, 2]))
+    /// >>> hasattr(a, "__cuda_array_interface__")  # on the CPU
+    /// False
+    /// >>> on_gpu = a.to(arrow_device.cuda(0))  # doctest: +SKIP
+    /// >>> cai = on_gpu.__cuda_array_interface__  # doctest: +SKIP
+    /// >>> cai["shape"], cai["typestr"], cai["version"]  # doctest: +SKIP
+    /// ((2,), '<i8', 3)
+    ///
+    /// ```
     #[getter(__cuda_array_interface__)]
     fn cuda_array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guard(|| crate::cai::export(py, &self.inner))
     }
 
-    /// `(device type, device id)` as DLPack numbers them.
+    /// `(device type, device id)` as DLPack numbers them (the spec's device
+    /// types are DLPack's).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> arrow_device.array(pa.array([1, 2])).__dlpack_device__()
+    /// (1, 0)
+    ///
+    /// ```
     fn __dlpack_device__(&self) -> PyResult<(i32, i64)> {
         crate::dlpack::device(&self.inner)
+    }
+
+    /// DLPack 1.3's C exchange table (a PyCapsule named
+    /// `"dlpack_exchange_api"`), on the type.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<pyo3::types::PyCapsule>> {
+        crate::exchange::api_capsule(py).map(Bound::unbind)
+    }
+
+    /// The same capsule under the name of an older draft of dlpack.h.
+    #[classattr]
+    fn __c_dlpack_exchange_api__(py: Python<'_>) -> PyResult<Py<pyo3::types::PyCapsule>> {
+        crate::exchange::api_capsule(py).map(Bound::unbind)
     }
 
     fn __repr__(&self) -> String {

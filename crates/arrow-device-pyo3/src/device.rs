@@ -9,7 +9,21 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A device: `.type` (a `DeviceType`, or the plain integer for a type
-/// outside the spec's list) and `.id` (-1 for the CPU).
+/// outside the spec's list) and `.id` (-1 for the CPU). Made by `cpu()`,
+/// `emulated()`, `cuda()`, `cuda_host()`, `cuda_managed()` or `devices()`;
+/// given to `DeviceArray.to` and `array(obj, device=...)`, which copy onto
+/// it. Devices are equal, and hash alike, when their type and id are.
+///
+/// ```python
+/// >>> import arrow_device
+/// >>> arrow_device.cpu()
+/// Device(CPU, -1)
+/// >>> arrow_device.emulated(3) == arrow_device.emulated(3)
+/// True
+/// >>> len({arrow_device.cpu(), arrow_device.cpu(), arrow_device.emulated()})
+/// 2
+///
+/// ```
 #[pyclass(name = "Device", module = "arrow_device", frozen)]
 #[derive(Clone)]
 pub struct DeviceObject {
@@ -85,12 +99,29 @@ pub fn device_type_object(py: Python<'_>, device_type: DeviceType) -> PyResult<P
 impl DeviceObject {
     /// The device type, as `arrow_device.DeviceType` (an `IntEnum`) or, for
     /// a type outside the spec's list, as its integer.
+    ///
+    /// ```python
+    /// >>> import arrow_device
+    /// >>> arrow_device.cpu().type
+    /// <DeviceType.CPU: 1>
+    /// >>> int(arrow_device.emulated().type)
+    /// 12
+    ///
+    /// ```
     #[getter(r#type)]
     fn device_type(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         device_type_object(py, self.device_type)
     }
 
-    /// The device id: -1 for the CPU, the ordinal for a GPU.
+    /// The device id: -1 for the CPU, the ordinal for a GPU (and the number
+    /// of an emulated device).
+    ///
+    /// ```python
+    /// >>> import arrow_device
+    /// >>> arrow_device.cpu().id, arrow_device.emulated(7).id
+    /// (-1, 7)
+    ///
+    /// ```
     #[getter]
     fn id(&self) -> i64 {
         self.id
@@ -110,7 +141,10 @@ impl DeviceObject {
             Err(_) => foreign_key(other)?.map(|key| key == (self.device_type.0, self.id)),
         };
         Ok(match same {
-            Some(same) => pyo3::types::PyBool::new(py, same).to_owned().into_any().unbind(),
+            Some(same) => pyo3::types::PyBool::new(py, same)
+                .to_owned()
+                .into_any()
+                .unbind(),
             None => py.NotImplemented(),
         })
     }
@@ -152,7 +186,18 @@ impl DeviceObject {
     }
 }
 
-/// The CPU.
+/// The CPU: host memory that every library reads.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> cpu = arrow_device.cpu()
+/// >>> cpu
+/// Device(CPU, -1)
+/// >>> on_device = arrow_device.array(pa.array([1, 2]), device=arrow_device.emulated())
+/// >>> pa.array(on_device.to(cpu)).to_pylist()
+/// [1, 2]
+///
+/// ```
 #[pyfunction]
 pub fn cpu() -> DeviceObject {
     DeviceObject::new(device::cpu())
@@ -160,7 +205,20 @@ pub fn cpu() -> DeviceObject {
 
 /// The emulated asynchronous device `EXT_DEV` number `id` (0 to 1023): memory
 /// the host must not touch, copies on worker threads, real events. For
-/// testing device paths without a GPU.
+/// testing device paths without a GPU. `ValueError` for another id.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> device = arrow_device.emulated()
+/// >>> device
+/// Device(EXT_DEV, 0)
+/// >>> a = arrow_device.array(pa.array([1, 2, 3]), device=device)
+/// >>> a.device == device
+/// True
+/// >>> pa.array(a.to(arrow_device.cpu())).to_pylist()
+/// [1, 2, 3]
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
 pub fn emulated(id: i64) -> PyResult<DeviceObject> {
@@ -175,6 +233,15 @@ pub fn emulated(id: i64) -> PyResult<DeviceObject> {
 /// (any emulated id from 0 to 1023 can be had with `emulated(id)`), and,
 /// when a CUDA driver and GPUs are present, each GPU's device, pinned and
 /// managed memory.
+///
+/// ```python
+/// >>> import arrow_device
+/// >>> arrow_device.devices()[:2]
+/// [Device(CPU, -1), Device(EXT_DEV, 0)]
+/// >>> [d for d in arrow_device.devices() if d.type == arrow_device.DeviceType.CUDA]  # doctest: +SKIP
+/// [Device(CUDA, 0)]
+///
+/// ```
 #[pyfunction]
 pub fn devices() -> PyResult<Vec<DeviceObject>> {
     let mut found = vec![cpu(), emulated(0)?];
@@ -193,21 +260,51 @@ pub fn devices() -> PyResult<Vec<DeviceObject>> {
     Ok(found)
 }
 
-/// CUDA device memory of GPU `id`.
+/// CUDA device memory of GPU `id`. `RuntimeError` saying why when CUDA is
+/// not available (no driver, no such GPU).
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> gpu = arrow_device.cuda(0)  # doctest: +SKIP
+/// >>> a = arrow_device.array(pa.array([1, 2, 3]), device=gpu)  # doctest: +SKIP
+/// >>> a.device  # doctest: +SKIP
+/// Device(CUDA, 0)
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
 pub fn cuda(id: i64) -> PyResult<DeviceObject> {
     cuda_device(DeviceType::CUDA, id).map(DeviceObject::new)
 }
 
-/// Pinned host memory (`cudaMallocHost`) of GPU `id`'s context.
+/// Pinned host memory (`cudaMallocHost`) of GPU `id`'s context: the host
+/// reads it (`__arrow_c_array__` works once its event completed) and copies
+/// to and from the GPU run at full speed. `RuntimeError` when CUDA is not
+/// available.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> pinned = arrow_device.array(pa.array([1, 2]), device=arrow_device.cuda_host(0))  # doctest: +SKIP
+/// >>> pa.array(pinned).to_pylist()  # doctest: +SKIP
+/// [1, 2]
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
 pub fn cuda_host(id: i64) -> PyResult<DeviceObject> {
     cuda_device(DeviceType::CUDA_HOST, id).map(DeviceObject::new)
 }
 
-/// Managed (unified) memory of GPU `id`.
+/// Managed (unified) memory of GPU `id`, which the driver migrates between
+/// host and GPU. `RuntimeError` when CUDA is not available.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> managed = arrow_device.array(pa.array([1, 2]), device=arrow_device.cuda_managed(0))  # doctest: +SKIP
+/// >>> managed.device  # doctest: +SKIP
+/// Device(CUDA_MANAGED, 0)
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
 pub fn cuda_managed(id: i64) -> PyResult<DeviceObject> {

@@ -70,20 +70,38 @@ pub fn export<'py>(
             ));
         }
         let abi = dlpack::DlpackAbi::for_max_version(max_version);
-        let tensor = py
-            .detach(|| dlpack::export_dlpack_for_stream(array, abi, sync))
-            .map_err(dlpack_error)?;
         if abi == dlpack::DlpackAbi::Versioned {
-            let raw = tensor.into_raw_versioned().map_err(dlpack_error)?;
+            let raw = export_versioned(py, array, sync)?;
             // SAFETY: a tensor handed over by the library, owned by the
             // capsule until a consumer renames it.
             unsafe { new_capsule(py, raw.cast(), VERSIONED_CAPSULE_NAME, drop_versioned) }
         } else {
+            let tensor = py
+                .detach(|| dlpack::export_dlpack_for_stream(array, abi, sync))
+                .map_err(dlpack_error)?;
             let raw = tensor.into_raw_legacy().map_err(dlpack_error)?;
             // SAFETY: as above.
             unsafe { new_capsule(py, raw.cast(), CAPSULE_NAME, drop_legacy) }
         }
     })
+}
+
+/// `array` as an owned versioned tensor whose data is ready for work that
+/// the consumer queues on `stream` (the library's
+/// `export_dlpack_for_stream`: a CUDA array's event is waited on by that
+/// stream on the device; elsewhere the host waits, with the GIL released,
+/// since the emulated device's worker may need it to finish). The caller
+/// owns the tensor: it must call its deleter once. Shared by `__dlpack__`
+/// and the C exchange table (`exchange/export.rs`).
+pub(crate) fn export_versioned(
+    py: Python<'_>,
+    array: &DeviceArray,
+    stream: StreamSync,
+) -> PyResult<*mut DLManagedTensorVersioned> {
+    let tensor = py
+        .detach(|| dlpack::export_dlpack_for_stream(array, dlpack::DlpackAbi::Versioned, stream))
+        .map_err(dlpack_error)?;
+    tensor.into_raw_versioned().map_err(dlpack_error)
 }
 
 /// `stream` as an integer, or `None`; anything else (a bool, a float, an
@@ -221,10 +239,32 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<DeviceArray> {
     match consumer {
         None => Ok(array),
         // SAFETY: the interface stream lives for the process.
-        Some(handle) => {
-            unsafe { array.ordered_after_stream(StreamSync::Handle(handle)) }.map_err(to_py)
-        }
+        Some(handle) => unsafe { ordered_after(&array, StreamSync::Handle(handle)) },
     }
+}
+
+/// Whether an import from a producer on `device_type` is ordered after a
+/// producer's stream: CUDA device and managed memory, when CUDA works here
+/// (the arrays of other device types need no stream, or have no device of
+/// this library to record an event on).
+pub(crate) fn orders_by_stream(device_type: DeviceType) -> bool {
+    matches!(device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) && cuda::is_available()
+}
+
+/// `array`, an import whose data the producer made ready on `stream`,
+/// ordered after the work queued there so far: an event recorded there
+/// becomes its `sync_event` (the library's `ordered_after_stream`); the host
+/// does not wait.
+///
+/// # Safety
+/// `stream` names a live stream of the primary context of the array's GPU
+/// (or 1, 2: the default streams).
+pub(crate) unsafe fn ordered_after(
+    array: &DeviceArray,
+    stream: StreamSync,
+) -> PyResult<DeviceArray> {
+    // SAFETY: per this function's contract.
+    unsafe { array.ordered_after_stream(stream) }.map_err(to_py)
 }
 
 /// The stream to hand a producer whose `__dlpack_device__()` is CUDA or
@@ -239,8 +279,7 @@ fn consumer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
         PyTypeError::new_err("__dlpack_device__() must return (device_type: int, device_id: int)")
     })?;
     let device_type = DeviceType(device_type);
-    if !matches!(device_type, DeviceType::CUDA | DeviceType::CUDA_MANAGED) || !cuda::is_available()
-    {
+    if !orders_by_stream(device_type) {
         return Ok(None);
     }
     let device = cuda::device(device_type, device_id).map_err(to_py)?;

@@ -35,8 +35,20 @@ pyo3::create_exception!(
     arrow_device.flight,
     FlightError,
     PyRuntimeError,
-    "A Flight call failed at the peer or on the way: the message names the \
-     location, the call and the gRPC status code."
+    "A Flight call failed at the peer or on the way (a `RuntimeError`): the \
+     message names the location, the call and the gRPC status code.\n\
+     \n\
+     ```python\n\
+     >>> import pyarrow as pa\n\
+     >>> from arrow_device import flight\n\
+     >>> with flight.serve({\"numbers\": lambda: pa.table({\"x\": [1]})}) as server:\n\
+     ...     flight.fetch(server.location, \"nope\")  # doctest: +ELLIPSIS\n\
+     Traceback (most recent call last):\n\
+     ...\n\
+     arrow_device.flight.FlightError: do_get at grpc://127.0.0.1:...: NOT_FOUND (5): \
+     no source named \"nope\"; this server has [\"numbers\"]\n\
+     \n\
+     ```"
 );
 
 /// Runs `f`, turning a panic into a `RuntimeError` instead of PyO3's
@@ -95,7 +107,6 @@ pub enum Error {
     /// A Python exception.
     Python(PyErr),
 }
-
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -42,6 +42,7 @@ pub mod capsule;
 pub mod device;
 mod dlpack;
 pub mod errors;
+mod exchange;
 mod extract;
 pub mod interpreter;
 pub mod share;

@@ -197,6 +197,19 @@ fn reduce_to_handle<'py>(
 /// A share's handle and nothing else, as unpickling a `SharedArray` or
 /// `SharedStream` gives it in another process: it opens what it names while
 /// the exporter keeps that open, and keeps nothing alive itself.
+/// `ShareHandle(handle)` wraps a handle's bytes received some other way.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa, pickle
+/// >>> shared = arrow_device.array(pa.array([1, 2])).share()
+/// >>> handle = pickle.loads(pickle.dumps(shared))
+/// >>> handle == arrow_device.ShareHandle(shared.handle)
+/// True
+/// >>> pa.array(arrow_device.open_shared(handle)).to_pylist()
+/// [1, 2]
+/// >>> shared.close()
+///
+/// ```
 #[pyclass(name = "ShareHandle", module = "arrow_device", frozen, eq, hash)]
 #[derive(PartialEq, Eq, Hash)]
 pub struct PyShareHandle {
@@ -220,6 +233,13 @@ impl PyShareHandle {
     }
 
     /// The handle's bytes.
+    ///
+    /// ```python
+    /// >>> import arrow_device
+    /// >>> arrow_device.ShareHandle(b"handle bytes").handle
+    /// b'handle bytes'
+    ///
+    /// ```
     #[getter]
     fn handle<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.handle)
@@ -236,7 +256,20 @@ impl PyShareHandle {
 
 /// A `DeviceArray` this process shares (`DeviceArray.share()`): while it is
 /// open, its handle opens the array in any process of this machine
-/// (`open_shared`), zero-copy. Pickles to a `ShareHandle`.
+/// (`open_shared`), zero-copy. Pickles to a `ShareHandle`. A context
+/// manager that closes it on exit; so does its last reference going.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa, pickle
+/// >>> shared = arrow_device.array(pa.array([1, 2, 3])).share()
+/// >>> shared
+/// SharedArray(type=Int64, len=3, device=Device(CPU, -1), open)
+/// >>> message = pickle.dumps(shared)  # send it to another process, which does:
+/// >>> pa.array(arrow_device.open_shared(pickle.loads(message))).to_pylist()
+/// [1, 2, 3]
+/// >>> shared.close()
+///
+/// ```
 #[pyclass(name = "SharedArray", module = "arrow_device", frozen)]
 pub struct PySharedArray {
     share: Share<backend::SharedArray>,
@@ -266,24 +299,59 @@ pub fn share_array(py: Python<'_>, array: &DeviceArray) -> PyResult<PySharedArra
 /// its handle, `closed`, `close()`, a context manager, pickling to a
 /// `ShareHandle`, and its repr. Both hold `share` and `description`.
 macro_rules! share_methods {
-    ($class:ty, $name:literal) => {
+    // `$make`: a Python expression that makes one, for the examples.
+    ($class:ty, $name:literal, $make:literal) => {
         #[pymethods]
         impl $class {
             /// The bytes its opener (`open_shared`, `open_shared_stream`)
             /// opens; `ValueError` once closed.
+            ///
+            /// ```python
+            /// >>> import arrow_device, pyarrow as pa
+            #[doc = concat!(">>> shared = ", $make)]
+            /// >>> isinstance(shared.handle, bytes)
+            /// True
+            /// >>> shared.close()
+            /// >>> shared.handle
+            /// Traceback (most recent call last):
+            ///     ...
+            #[doc = concat!("ValueError: the ", $name, " was closed: its handle opens nothing any more")]
+            ///
+            /// ```
             #[getter]
             fn handle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
                 Ok(PyBytes::new(py, &self.share.handle(|s| s.handle())?))
             }
 
             /// Whether `close()` withdrew the share.
+            ///
+            /// ```python
+            /// >>> import arrow_device, pyarrow as pa
+            #[doc = concat!(">>> shared = ", $make)]
+            /// >>> shared.closed
+            /// False
+            /// >>> shared.close()
+            /// >>> shared.closed
+            /// True
+            ///
+            /// ```
             #[getter]
             fn closed(&self) -> bool {
                 self.share.is_closed()
             }
 
             /// Withdraws the share: its handle opens nothing any more, while
-            /// what was already opened keeps its memory until it goes.
+            /// what was already opened keeps its memory until it goes. A second
+            /// call does nothing; leaving a `with` block calls it.
+            ///
+            /// ```python
+            /// >>> import arrow_device, pyarrow as pa
+            #[doc = concat!(">>> with ", $make, " as shared:")]
+            /// ...     pass
+            /// >>> shared.closed
+            /// True
+            ///
+            /// ```
             fn close(&self) {
                 self.share.close();
             }
@@ -324,7 +392,11 @@ macro_rules! share_methods {
     };
 }
 
-share_methods!(PySharedArray, "SharedArray");
+share_methods!(
+    PySharedArray,
+    "SharedArray",
+    "arrow_device.array(pa.array([1, 2])).share()"
+);
 
 /// The bytes of a handle given as `bytes`, a `ShareHandle` or the share
 /// itself (`opens` is the class of share that `function` opens).
@@ -358,11 +430,25 @@ fn handle_bytes(obj: &Bound<'_, PyAny>, function: &str, opens: &str) -> PyResult
     )))
 }
 
-/// `arrow_device.open_shared(handle, *, validate="full")`: the array a
-/// handle names, over the exporter's memory (zero-copy), validated at
-/// `validate` like any import; full by default, since the handle and the
-/// memory come from another process. The array holds a lease on the
-/// exporter's memory while it lives.
+/// The array a handle names (`bytes`, a `ShareHandle`, or the `SharedArray`
+/// itself), over the exporter's memory (zero-copy), validated at `validate`
+/// like any import (see `array()`); full by default, since the handle and
+/// the memory come from another process. The array holds a lease on the
+/// exporter's memory while it lives, also after the exporter closed the
+/// share. Waits for the exporter (up to 10 s) without holding the GIL.
+/// `RuntimeError` when the exporter no longer shares it, `ValueError` for
+/// bytes that are no handle.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> with arrow_device.array(pa.array(["a", "b"])).share() as shared:
+/// ...     opened = arrow_device.open_shared(shared.handle)
+/// >>> opened
+/// DeviceArray(type=Utf8, len=2, device=Device(CPU, -1))
+/// >>> pa.array(opened).to_pylist()
+/// ['a', 'b']
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (handle, *, validate = "full"))]
 pub fn open_shared(
@@ -394,7 +480,19 @@ pub mod stream {
     /// A `DeviceStream` this process shares (`DeviceStream.share()`) with
     /// one opener: while it is open, its handle opens the stream in any
     /// process of this machine (`open_shared_stream`), each batch shared as
-    /// an array is. Pickles to a `ShareHandle`.
+    /// an array is. Pickles to a `ShareHandle`. A context manager that
+    /// closes it on exit.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa, pickle
+    /// >>> shared = arrow_device.stream([pa.array([1, 2]), pa.array([3])]).share()
+    /// >>> message = pickle.dumps(shared)  # send it to another process, which does:
+    /// >>> opened = arrow_device.open_shared_stream(pickle.loads(message))
+    /// >>> [len(batch) for batch in opened]
+    /// [2, 1]
+    /// >>> shared.close()
+    ///
+    /// ```
     #[pyclass(name = "SharedStream", module = "arrow_device", frozen)]
     pub struct PySharedStream {
         pub(super) share: Share<backend::SharedStream>,
@@ -434,11 +532,25 @@ pub mod stream {
         })
     }
 
-    share_methods!(PySharedStream, "SharedStream");
+    share_methods!(
+        PySharedStream,
+        "SharedStream",
+        "arrow_device.stream([pa.array([1, 2])]).share()"
+    );
 
-    /// `arrow_device.open_shared_stream(handle, *, validate="full")`: the
-    /// stream a handle names. Each batch is read from the exporter when
-    /// asked for, detached from the GIL (it may wait for the exporter).
+    /// The stream a handle names (`bytes`, a `ShareHandle`, or the
+    /// `SharedStream` itself); one opener only. Each batch is read from the
+    /// exporter when asked for, detached from the GIL (it may wait for the
+    /// exporter), and validated at `validate` as `array()` does.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> with arrow_device.stream(pa.table({"x": [1, 2]})).share() as shared:
+    /// ...     opened = arrow_device.open_shared_stream(shared.handle)
+    /// ...     pa.table(opened).to_pydict()
+    /// {'x': [1, 2]}
+    ///
+    /// ```
     #[pyfunction]
     #[pyo3(signature = (handle, *, validate = "full"))]
     pub fn open_shared_stream(

@@ -33,6 +33,21 @@ type Raised = Arc<PyOwned<Mutex<Option<PyErr>>>>;
 /// A stream of `DeviceArray`s, read once: iterate it, or hand it on whole
 /// with `__arrow_c_device_stream__` / `__arrow_c_stream__` (pyarrow's
 /// `RecordBatchReader.from_stream`, `polars.DataFrame`, `duckdb.from_arrow`).
+/// Made by `arrow_device.stream()`, `open_shared_stream()` and
+/// `arrow_device.flight.fetch()`.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> table = pa.table({"x": [1, 2, 3]})
+/// >>> s = arrow_device.stream(table)
+/// >>> s
+/// DeviceStream(type=Struct("x": Int64), device_type=CPU)
+/// >>> [len(batch) for batch in s]
+/// [3]
+/// >>> pa.table(arrow_device.stream(table)).num_rows  # handed on whole
+/// 3
+///
+/// ```
 #[pyclass(name = "DeviceStream", module = "arrow_device", frozen)]
 pub struct DeviceStreamObject {
     field: Field,
@@ -165,10 +180,24 @@ pub fn python_error(py: Python<'_>, err: PyErr) -> Error {
     }
 }
 
-/// `arrow_device.stream(obj, *, validate="default")`: `obj` has
-/// `__arrow_c_device_stream__` or `__arrow_c_stream__` (called with no
-/// arguments), or is an iterable of array-likes (each converted with
-/// `array()`; the first one gives the stream its type and device type).
+/// Imports a stream, zero-copy: `obj` has `__arrow_c_device_stream__` or
+/// `__arrow_c_stream__` (called with no arguments), or is an iterable of
+/// array-likes (each converted with `array()`; the first one gives the
+/// stream its type and device type, and every later one must match them).
+/// `validate` checks each batch as `array()` does. `TypeError` for
+/// anything else, `ValueError` for an empty iterable.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> reader = pa.RecordBatchReader.from_batches(
+/// ...     pa.schema({"x": pa.int64()}), [pa.record_batch({"x": [1, 2]})] * 2)
+/// >>> [len(batch) for batch in arrow_device.stream(reader)]
+/// [2, 2]
+/// >>> s = arrow_device.stream([pa.array([1, 2]), pa.array([3])])
+/// >>> [pa.array(batch).to_pylist() for batch in s]
+/// [[1, 2], [3]]
+///
+/// ```
 #[pyfunction]
 #[pyo3(signature = (obj, *, validate = "default"))]
 pub fn stream(obj: &Bound<'_, PyAny>, validate: &str) -> PyResult<DeviceStreamObject> {
@@ -379,12 +408,29 @@ impl DeviceStreamObject {
 #[pymethods]
 impl DeviceStreamObject {
     /// The device type of every batch (`DeviceType`, or its integer).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> arrow_device.stream(pa.table({"x": [1]})).device_type
+    /// <DeviceType.CPU: 1>
+    /// >>> on_device = arrow_device.array(pa.array([1]), device=arrow_device.emulated())
+    /// >>> arrow_device.stream([on_device]).device_type
+    /// <DeviceType.EXT_DEV: 12>
+    ///
+    /// ```
     #[getter]
     fn device_type(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         device_type_object(py, self.device_type)
     }
 
-    /// The Arrow type of every batch, as text.
+    /// The Arrow type of every batch, as text (a record batch's is a struct).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> arrow_device.stream(pa.table({"a": ["x"]})).type
+    /// 'Struct("a": Utf8)'
+    ///
+    /// ```
     #[getter(r#type)]
     fn data_type(&self) -> String {
         self.field.data_type().to_string()
@@ -415,7 +461,21 @@ impl DeviceStreamObject {
     }
 
     /// A device stream capsule (spec: `__arrow_c_device_stream__`); the
-    /// stream is handed on, zero-copy.
+    /// stream is handed on, zero-copy, and a second call raises `ValueError`.
+    /// `requested_schema` asks for another representation of the same type;
+    /// other keyword arguments must be `None`, else `NotImplementedError`.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> s = arrow_device.stream(pa.table({"x": [1, 2]}))
+    /// >>> s.__arrow_c_device_stream__()  # doctest: +ELLIPSIS
+    /// <capsule object "arrow_device_array_stream" at 0x...>
+    /// >>> s.__arrow_c_device_stream__()
+    /// Traceback (most recent call last):
+    ///     ...
+    /// ValueError: the stream was already handed on to a consumer
+    ///
+    /// ```
     #[pyo3(signature = (requested_schema = None, **kwargs))]
     fn __arrow_c_device_stream__<'py>(
         &self,
@@ -432,7 +492,16 @@ impl DeviceStreamObject {
 
     /// A C stream capsule (spec: `__arrow_c_stream__`) for host-accessible
     /// data, so that pyarrow, polars and duckdb can read it; device data is
-    /// refused (never handed out as CPU pointers).
+    /// refused (`ValueError`: never handed out as CPU pointers). The stream
+    /// is handed on.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> s = arrow_device.stream(pa.table({"x": [1, 2]}))
+    /// >>> pa.RecordBatchReader.from_stream(s).read_all().to_pydict()
+    /// {'x': [1, 2]}
+    ///
+    /// ```
     #[pyo3(signature = (requested_schema = None))]
     fn __arrow_c_stream__<'py>(
         &self,
@@ -461,13 +530,32 @@ impl DeviceStreamObject {
     /// Shares the rest of the stream with one process of this machine: a
     /// `SharedStream`, whose handle (picklable) `open_shared_stream` opens;
     /// at most `depth` batches are read ahead of that opener. The stream is
-    /// handed on. Linux only.
+    /// handed on. Linux only (elsewhere `NotImplementedError`).
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa, pickle
+    /// >>> s = arrow_device.stream([pa.array([1, 2]), pa.array([3])])
+    /// >>> with s.share(depth=1) as shared:
+    /// ...     handle = pickle.dumps(shared)  # bytes for another process
+    /// ...     opened = arrow_device.open_shared_stream(pickle.loads(handle))
+    /// ...     [pa.array(batch).to_pylist() for batch in opened]
+    /// [[1, 2], [3]]
+    ///
+    /// ```
     #[pyo3(signature = (depth = 2))]
     fn share(&self, py: Python<'_>, depth: i64) -> PyResult<crate::share::stream::PySharedStream> {
         crate::share::stream::share_stream(py, depth, || self.take_reader(None))
     }
 
-    /// The stream's schema as a capsule (spec: `__arrow_c_schema__`).
+    /// The stream's schema as a capsule (spec: `__arrow_c_schema__`); the
+    /// stream is not consumed.
+    ///
+    /// ```python
+    /// >>> import arrow_device, pyarrow as pa
+    /// >>> pa.schema(arrow_device.stream(pa.table({"x": [1]})))
+    /// x: int64
+    ///
+    /// ```
     fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
         guard(|| capsule::wrap(py, export_field(&self.field).py()?, ARROW_SCHEMA))
     }

@@ -126,10 +126,26 @@ fn client_options(
     })
 }
 
-/// `arrow_device.flight.fetch(location, ticket, device=None, *, token=None,
-/// tls_root=None, prefetch=2)`: `do_get` of `ticket`, each batch landed on
-/// `device` (the CPU by default) as it arrives, at most `prefetch` batches
-/// ahead of the reader. Connecting and every read run without the GIL.
+/// `do_get` of `ticket` (`str`, sent as UTF-8, or `bytes`) at `location`
+/// (`grpc://`, `grpc+tcp://` or `grpc+tls://HOST:PORT`): a `DeviceStream`
+/// whose batches are copied onto `device` (the CPU when None) as they
+/// arrive, each copy's event its batch's `sync_event`, at most `prefetch`
+/// batches ahead of the reader. `token` is sent as `authorization: Bearer
+/// <token>`; `tls_root` is the PEM (bytes, or a file's path) of the
+/// authority that signed the server's certificate (None: the system's
+/// roots). Connecting and every read run without the GIL. `FlightError`
+/// for the peer's or the network's errors, `ValueError` or `TypeError` for
+/// bad arguments.
+///
+/// ```python
+/// >>> import arrow_device, pyarrow as pa
+/// >>> from arrow_device import flight
+/// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+/// ...     stream = flight.fetch(server.location, "numbers", arrow_device.emulated())
+/// ...     [(len(batch), batch.device) for batch in stream]
+/// [(3, Device(EXT_DEV, 0))]
+///
+/// ```
 #[pyfunction]
 #[pyo3(
     name = "flight_fetch",
@@ -169,10 +185,28 @@ fn upload_of(source: &Bound<'_, PyAny>) -> PyResult<Batches> {
     Batches::device(reader_of(source, ValidationLevel::Default)?).map_err(to_py)
 }
 
-/// `arrow_device.flight.put(location, name, source, *, token=None,
-/// tls_root=None)`: uploads `source` with `do_put` under the path
-/// descriptor `[name]`; `{"batches": n, "rows": n, "complete": bool}` sent. A source's error
-/// cancels the upload (the server never takes it for a whole one).
+/// `do_put` of `source` (anything `arrow_device.stream()` takes, or the
+/// path of an Arrow IPC file) under the path descriptor `[name]`; returns
+/// `{"batches": n, "rows": n, "complete": bool}` sent (`complete` is False
+/// when the server answered before the whole source was sent: its sink
+/// stopped reading early). Device batches are copied to the host as they
+/// are sent. A source's error cancels the upload, so that the server never
+/// takes it for a whole one, and is raised here. `token` and `tls_root` as
+/// for `fetch`.
+///
+/// ```python
+/// >>> import pyarrow as pa
+/// >>> from arrow_device import flight
+/// >>> uploads = {}
+/// >>> def sink(descriptor, stream):
+/// ...     uploads["/".join(descriptor)] = pa.table(stream)
+/// >>> with flight.serve({}, sink=sink) as server:
+/// ...     flight.put(server.location, "numbers", pa.table({"x": [1, 2, 3]}))
+/// {'batches': 1, 'rows': 3, 'complete': True}
+/// >>> uploads["numbers"].to_pydict()
+/// {'x': [1, 2, 3]}
+///
+/// ```
 #[pyfunction]
 #[pyo3(name = "flight_put", signature = (location, name, source, *, token = None, tls_root = None))]
 pub fn put<'py>(
@@ -199,8 +233,17 @@ pub fn put<'py>(
     })
 }
 
-/// `arrow_device.flight.list_flights(location, *, token=None,
-/// tls_root=None)`: what the server lists, as `FlightInfo`s.
+/// Every flight the server at `location` lists (`list_flights`), as
+/// `FlightInfo`s. `token` and `tls_root` as for `fetch`.
+///
+/// ```python
+/// >>> import pyarrow as pa
+/// >>> from arrow_device import flight
+/// >>> with flight.serve({"a": lambda: pa.table({"x": [1]}), "b": lambda: pa.table({"y": [2.0]})}) as server:
+/// ...     sorted(info.name for info in flight.list_flights(server.location))
+/// ['a', 'b']
+///
+/// ```
 #[pyfunction]
 #[pyo3(name = "flight_list_flights", signature = (location, *, token = None, tls_root = None))]
 pub fn list_flights(
@@ -237,6 +280,18 @@ fn descriptor_object<'py>(
 /// One flight of a listing: its name, its descriptor, the tickets that
 /// `fetch` takes, and its schema (`__arrow_c_schema__`, so that
 /// `pyarrow.schema(info)` reads it).
+///
+/// ```python
+/// >>> import pyarrow as pa
+/// >>> from arrow_device import flight
+/// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+/// ...     [info] = flight.list_flights(server.location)
+/// >>> info
+/// FlightInfo(name="numbers", schema=Struct("x": Int64))
+/// >>> pa.schema(info)
+/// x: int64
+///
+/// ```
 #[pyclass(name = "FlightInfo", module = "arrow_device.flight", frozen)]
 pub struct PyFlightInfo {
     descriptor: Option<FlightDescriptor>,
@@ -280,6 +335,16 @@ impl PyFlightInfo {
 impl PyFlightInfo {
     /// The descriptor's path elements joined with `/`; `None` for a
     /// command descriptor or none.
+    ///
+    /// ```python
+    /// >>> import pyarrow as pa
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+    /// ...     [info] = flight.list_flights(server.location)
+    /// >>> info.name
+    /// 'numbers'
+    ///
+    /// ```
     #[getter]
     fn name(&self) -> Option<String> {
         let descriptor = self.descriptor.as_ref()?;
@@ -288,6 +353,16 @@ impl PyFlightInfo {
 
     /// The descriptor: a path as `list[str]`, a command as `bytes`; `None`
     /// when the server sent none.
+    ///
+    /// ```python
+    /// >>> import pyarrow as pa
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+    /// ...     [info] = flight.list_flights(server.location)
+    /// >>> info.descriptor
+    /// ['numbers']
+    ///
+    /// ```
     #[getter]
     fn descriptor<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.descriptor
@@ -297,18 +372,50 @@ impl PyFlightInfo {
     }
 
     /// The ticket of each endpoint, for `fetch`.
+    ///
+    /// ```python
+    /// >>> import pyarrow as pa
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+    /// ...     [info] = flight.list_flights(server.location)
+    /// >>> info.tickets
+    /// [b'numbers']
+    ///
+    /// ```
     #[getter]
     fn tickets<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
         self.tickets.iter().map(|t| PyBytes::new(py, t)).collect()
     }
 
-    /// Rows in the flight, -1 when the server does not say.
+    /// Rows in the flight, -1 when the server does not say (as `serve` does
+    /// not: its sources are read when fetched).
+    ///
+    /// ```python
+    /// >>> import pyarrow as pa
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+    /// ...     [info] = flight.list_flights(server.location)
+    /// >>> info.total_records
+    /// -1
+    ///
+    /// ```
     #[getter]
     fn total_records(&self) -> i64 {
         self.total_records
     }
 
-    /// Bytes in the flight, -1 when the server does not say.
+    /// Bytes in the flight, -1 when the server does not say (as `serve` does
+    /// not).
+    ///
+    /// ```python
+    /// >>> import pyarrow as pa
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+    /// ...     [info] = flight.list_flights(server.location)
+    /// >>> info.total_bytes
+    /// -1
+    ///
+    /// ```
     #[getter]
     fn total_bytes(&self) -> i64 {
         self.total_bytes
@@ -316,6 +423,16 @@ impl PyFlightInfo {
 
     /// The schema (spec: `__arrow_c_schema__`); `ValueError` when the
     /// server listed the flight without one.
+    ///
+    /// ```python
+    /// >>> import pyarrow as pa
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1, 2, 3]})}) as server:
+    /// ...     [info] = flight.list_flights(server.location)
+    /// >>> pa.schema(info)
+    /// x: int64
+    ///
+    /// ```
     fn __arrow_c_schema__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
         let field = self.field.as_ref().ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -440,8 +557,11 @@ fn python_sink(
         let field = record_batch_field(&batches.schema());
         let device_type = batches.device().device_type();
         attached(|py| {
-            let stream = Bound::new(py, DeviceStreamObject::from_remote(field, device_type, batches))
-                .map_err(|err| python_error(py, err))?;
+            let stream = Bound::new(
+                py,
+                DeviceStreamObject::from_remote(field, device_type, batches),
+            )
+            .map_err(|err| python_error(py, err))?;
             let result = descriptor_object(py, descriptor)
                 .and_then(|descriptor| sink.bind(py).call1((descriptor, stream.clone())));
             // The upload ends when the sink returns: a stream kept past it
@@ -456,8 +576,44 @@ fn python_sink(
     }
 }
 
-/// `arrow_device.flight.serve(sources, location=None, *, token=None,
-/// tls=None, sink=None, sink_device=None, depth=2)`: a running server.
+/// A running `FlightServer` serving each source under its name (the ticket,
+/// and the one-element path descriptor) at `location` (default
+/// `grpc://127.0.0.1:0`, or `grpc+tls://127.0.0.1:0` with `tls`; port 0
+/// picks a free port), through `list_flights`, `get_flight_info`,
+/// `get_schema` and `do_get`.
+///
+/// A source is an object with `__arrow_c_device_stream__` or
+/// `__arrow_c_stream__` (or an iterable of arrays), read once: a second
+/// `do_get` gets FAILED_PRECONDITION; a zero-argument callable returning
+/// one, called for each `do_get` (wrap a table in a lambda to serve it
+/// again and again); or the path of an Arrow IPC file (file or streaming
+/// format), opened for each `do_get`. Device batches are copied to the host
+/// as they are sent, at most `depth` ahead of each `do_get`'s send.
+///
+/// `sink(descriptor, stream)` takes each upload (`do_put`): the
+/// descriptor's path as `list[str]` or its command as `bytes`, and the
+/// batches landed on `sink_device` (the CPU when None) as a `DeviceStream`
+/// that is valid during the call only. Its exception is sent to the client.
+/// Without a sink, uploads are refused (UNIMPLEMENTED).
+///
+/// `token` requires `authorization: Bearer <token>` on every call; `tls` is
+/// `(certificate chain, private key)`, PEM bytes or paths.
+///
+/// ```python
+/// >>> import pyarrow as pa, pyarrow.flight
+/// >>> from arrow_device import flight
+/// >>> table = pa.table({"x": [1, 2, 3]})
+/// >>> server = flight.serve({"numbers": lambda: table})
+/// >>> server.location  # doctest: +ELLIPSIS
+/// 'grpc://127.0.0.1:...'
+/// >>> pa.table(flight.fetch(server.location, "numbers")).num_rows
+/// 3
+/// >>> client = pyarrow.flight.connect(server.location)  # any Flight client
+/// >>> client.do_get(pyarrow.flight.Ticket(b"numbers")).read_all().equals(table)
+/// True
+/// >>> server.shutdown()
+///
+/// ```
 #[pyfunction]
 #[pyo3(
     name = "flight_serve",
@@ -543,6 +699,17 @@ pub fn serve(
 
 /// A running Flight server (`serve`). A context manager: leaving it shuts
 /// the server down; so does its last reference going, without waiting.
+///
+/// ```python
+/// >>> import pyarrow as pa
+/// >>> from arrow_device import flight
+/// >>> with flight.serve({"numbers": lambda: pa.table({"x": [1]})}) as server:
+/// ...     server  # doctest: +ELLIPSIS
+/// FlightServer(grpc://127.0.0.1:..., serving)
+/// >>> server  # doctest: +ELLIPSIS
+/// FlightServer(grpc://127.0.0.1:..., shut down)
+///
+/// ```
 #[pyclass(name = "FlightServer", module = "arrow_device.flight", frozen)]
 pub struct PyFlightServer {
     location: String,
@@ -572,18 +739,42 @@ impl PyFlightServer {
 impl PyFlightServer {
     /// Where clients connect: `grpc://HOST:PORT` (`grpc+tls://localhost:PORT`
     /// for a TLS server on loopback).
+    ///
+    /// ```python
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({}, "grpc://127.0.0.1:0") as server:
+    /// ...     server.location  # doctest: +ELLIPSIS
+    /// 'grpc://127.0.0.1:...'
+    ///
+    /// ```
     #[getter]
     fn location(&self) -> &str {
         &self.location
     }
 
     /// The port it listens on (the one picked, for port 0).
+    ///
+    /// ```python
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({}) as server:
+    /// ...     server.port > 0 and server.location.endswith(f":{server.port}")
+    /// True
+    ///
+    /// ```
     #[getter]
     fn port(&self) -> u16 {
         self.port
     }
 
     /// Requests being served now (0 once shut down).
+    ///
+    /// ```python
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({}) as server:
+    /// ...     server.active_requests
+    /// 0
+    ///
+    /// ```
     #[getter]
     fn active_requests(&self) -> usize {
         self.lock()
@@ -592,13 +783,31 @@ impl PyFlightServer {
     }
 
     /// Batches copied to the host for `do_get`s and not yet sent: what slow
-    /// clients cost the server now.
+    /// clients cost the server now (at most `depth` per `do_get`).
+    ///
+    /// ```python
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({}) as server:
+    /// ...     server.held_batches
+    /// 0
+    ///
+    /// ```
     #[getter]
     fn held_batches(&self) -> usize {
         self.lock().as_ref().map_or(0, FlightServer::held_batches)
     }
 
-    /// Whether `shutdown()` ran.
+    /// Whether `shutdown()` ran (also by leaving a `with` block).
+    ///
+    /// ```python
+    /// >>> from arrow_device import flight
+    /// >>> with flight.serve({}) as server:
+    /// ...     server.closed
+    /// False
+    /// >>> server.closed
+    /// True
+    ///
+    /// ```
     #[getter]
     fn closed(&self) -> bool {
         self.lock().is_none()
@@ -606,6 +815,16 @@ impl PyFlightServer {
 
     /// Stops accepting, lets the requests in flight finish for up to
     /// `grace` seconds, then ends them. A second call does nothing.
+    ///
+    /// ```python
+    /// >>> from arrow_device import flight
+    /// >>> server = flight.serve({})
+    /// >>> server.shutdown(grace=1.0)
+    /// >>> server.shutdown()
+    /// >>> server.closed
+    /// True
+    ///
+    /// ```
     #[pyo3(signature = (grace = 5.0))]
     fn shutdown(&self, py: Python<'_>, grace: f64) -> PyResult<()> {
         let grace = Duration::try_from_secs_f64(grace).map_err(|_| {

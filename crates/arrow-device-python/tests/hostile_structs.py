@@ -166,6 +166,45 @@ assert ctypes.sizeof(DLManagedTensor) == 64
 assert ctypes.sizeof(DLManagedTensorVersioned) == 80
 assert DLManagedTensorVersioned.dl_tensor.offset == 32
 
+# ------------------------------------------- DLPack 1.3's C exchange table
+
+
+class DLPackExchangeAPIHeader(Structure):
+    _fields_ = [("version", DLPackVersion), ("prev_api", c_void_p)]
+
+
+class DLPackExchangeAPI(Structure):
+    _fields_ = [
+        ("header", DLPackExchangeAPIHeader),
+        ("managed_tensor_allocator", c_void_p),
+        ("managed_tensor_from_py_object_no_sync", c_void_p),
+        ("managed_tensor_to_py_object_no_sync", c_void_p),
+        ("dltensor_from_py_object_no_sync", c_void_p),
+        ("current_work_stream", c_void_p),
+    ]
+
+
+# dlpack.h 1.3 on 64-bit targets (exchange/mod.rs asserts the same).
+assert ctypes.sizeof(DLPackExchangeAPIHeader) == 16
+assert ctypes.sizeof(DLPackExchangeAPI) == 56
+assert DLPackExchangeAPI.current_work_stream.offset == 48
+
+EXCHANGE_API_CAPSULE = b"dlpack_exchange_api"
+# Calling a table's functions: the GIL stays held (dlpack.h), and a Python
+# exception they set is raised.
+EXCHANGE_FROM_PY_OBJECT = ctypes.PYFUNCTYPE(c_int, py_object, ctypes.POINTER(c_void_p))
+EXCHANGE_TO_PY_OBJECT = ctypes.PYFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_void_p))
+EXCHANGE_CURRENT_WORK_STREAM = ctypes.PYFUNCTYPE(c_int, c_int32, c_int32, ctypes.POINTER(c_void_p))
+_CapsuleGetPointer = ctypes.PYFUNCTYPE(c_void_p, py_object, c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def exchange_table(owner) -> DLPackExchangeAPI:
+    """The table of `owner` (a type with `__dlpack_c_exchange_api__`, or the
+    capsule itself), read in place."""
+    capsule = getattr(owner, "__dlpack_c_exchange_api__", owner)
+    return DLPackExchangeAPI.from_address(_CapsuleGetPointer(capsule, EXCHANGE_API_CAPSULE))
+
+
 # ---------------------------------------------------------------- callbacks
 
 RELEASE_FN = CFUNCTYPE(None, c_void_p)

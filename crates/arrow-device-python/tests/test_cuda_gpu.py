@@ -26,10 +26,12 @@ Peers' own rules the tests rely on (checked against their sources):
   read-only by contract, so PyTorch reads our arrays through DLPack.
 """
 
+import ctypes
 import functools
 import re
 import time
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +40,7 @@ import pytest
 import arrow_device as ad
 from arrow_device import DeviceType
 
+import hostile_structs as h
 from checks import assert_batch_equal, host_values, raises_cleanly, read_golden, settle
 
 
@@ -694,6 +697,121 @@ def test_dlpack_to_another_device_or_with_copy_true_raises_buffer_error():
     a = ad.array(pa.array([1, 2, 3], pa.int32())).to(ad.cuda())
     raises_cleanly(lambda: a.__dlpack__(dl_device=(1, 0)), BufferError)
     raises_cleanly(lambda: a.__dlpack__(copy=True), BufferError)
+
+
+# --- DLPack 1.3: the C exchange table -------------------------------------------------------
+
+
+_Py_DecRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_DecRef", ctypes.pythonapi))
+
+
+@pytest.fixture(scope="module")
+def torch_table(torch):
+    """torch.Tensor's exchange table, and `TableOnly`: a torch.Tensor
+    subclass that hides the CUDA Array Interface (which
+    `arrow_device.array` reads before DLPack) and counts `__dlpack__`
+    calls, so that a CUDA tensor can only come in through the table."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip(f"torch {torch.__version__} publishes no DLPack exchange table")
+    calls = []
+
+    class TableOnly(torch.Tensor):
+        @property
+        def __cuda_array_interface__(self):
+            raise AttributeError("hidden: the DLPack exchange table is under test")
+
+        def __dlpack__(self, *args, **kwargs):
+            calls.append(kwargs)
+            return super().__dlpack__(*args, **kwargs)
+
+    table = h.exchange_table(torch.Tensor)
+    version = table.header.version
+    assert version.major == 1, (version.major, version.minor)
+    return SimpleNamespace(table=table, TableOnly=TableOnly, dlpack_calls=calls)
+
+
+@pytest.mark.parametrize("name", ["int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"])
+def test_a_torch_cuda_tensor_comes_in_zero_copy_through_torchs_exchange_table(torch, torch_table, name):
+    t = (torch.arange(40, device="cuda") % 100).to(getattr(torch, name))
+    torch.cuda.synchronize()
+    torch_table.dlpack_calls.clear()
+    a = ad.array(t.as_subclass(torch_table.TableOnly))
+    assert torch_table.dlpack_calls == [], "__dlpack__ was called: the exchange table was not used"
+    assert a.device == ad.cuda(t.device.index)
+    assert cai_pointer(a) == t.data_ptr()
+    np.testing.assert_array_equal(host_values(a).to_numpy(zero_copy_only=False), t.cpu().numpy())
+
+
+def test_a_torch_cpu_tensor_comes_in_through_torchs_exchange_table(torch, torch_table):
+    t = torch.arange(12, dtype=torch.float32)
+    torch_table.dlpack_calls.clear()
+    a = ad.array(t.as_subclass(torch_table.TableOnly))
+    assert torch_table.dlpack_calls == []
+    assert a.device == ad.cpu()
+    back = pa.array(a)
+    assert back.to_pylist() == [float(i) for i in range(12)]
+    assert back.buffers()[1].address == t.data_ptr()
+
+
+def test_the_torch_exchange_table_import_is_ordered_after_torchs_current_stream(torch, torch_table):
+    """Torch's `current_work_stream` names its current stream (the busy
+    one, inside `with torch.cuda.stream`): the import records an event
+    there, so the values read are those written after the spin."""
+    length = 1 << 20
+    stream, t = torch_busy_tensor(torch, length, 7)
+    try:
+        with torch.cuda.stream(stream):
+            assert not stream.query(), "the producer finished before the import: nothing is proved"
+            torch_table.dlpack_calls.clear()
+            a = ad.array(t.as_subclass(torch_table.TableOnly))
+        assert torch_table.dlpack_calls == []
+        values = host_values(a).to_numpy()
+        assert (values == 7).all(), f"{int((values != 7).sum())} values read before the producer wrote them"
+        assert cai_pointer(a) == t.data_ptr()
+    finally:
+        stream.synchronize()
+
+
+def test_torchs_exchange_table_takes_our_tables_tensor_ordered_on_our_current_work_stream(torch, torch_table):
+    """Our table's tensor of an array still pending on a busy torch stream,
+    handed to torch's `managed_tensor_to_py_object_no_sync`; torch's work
+    queued on the stream our `current_work_stream` names sees the values."""
+    length = 1 << 20
+    stream, t = torch_busy_tensor(torch, length, 3)
+    try:
+        a = ad.array(cai_of(t, version=3, stream=stream.cuda_stream))
+        assert not stream.query(), "the producer finished before the export: nothing is proved"
+        ours = h.exchange_table(ad.DeviceArray)
+        tensor = ctypes.c_void_p()
+        assert h.EXCHANGE_FROM_PY_OBJECT(ours.managed_tensor_from_py_object_no_sync)(a, ctypes.byref(tensor)) == 0
+        current = ctypes.c_void_p()
+        assert h.EXCHANGE_CURRENT_WORK_STREAM(ours.current_work_stream)(KDL_CUDA, t.device.index, ctypes.byref(current)) == 0
+        assert current.value and current.value > 2
+        out = ctypes.c_void_p()
+        assert h.EXCHANGE_TO_PY_OBJECT(torch_table.table.managed_tensor_to_py_object_no_sync)(tensor.value, ctypes.byref(out)) == 0
+        u = ctypes.cast(out, ctypes.py_object).value
+        _Py_DecRef(u)  # the reference torch handed over
+        assert isinstance(u, torch.Tensor) and u.data_ptr() == t.data_ptr()
+        with torch.cuda.stream(torch.cuda.ExternalStream(current.value)):
+            total = int(u.sum().item())
+        assert total == 3 * length
+    finally:
+        stream.synchronize()
+
+
+def test_torch_from_dlpack_reads_our_pending_array_whichever_path_it_takes(torch):
+    """torch.from_dlpack reads our table when it knows one, `__dlpack__`
+    otherwise: either way the values are those written after the spin."""
+    length = 1 << 20
+    stream, t = torch_busy_tensor(torch, length, 5)
+    try:
+        a = ad.array(cai_of(t, version=3, stream=stream.cuda_stream))
+        assert not stream.query(), "the producer finished before the export: nothing is proved"
+        u = torch.from_dlpack(a)
+        assert u.data_ptr() == t.data_ptr()
+        assert int(u.sum().item()) == 5 * length
+    finally:
+        stream.synchronize()
 
 
 # --- synchronization: the producer's work is still running -------------------------------

@@ -50,6 +50,7 @@ import pytest
 import arrow_device as ad
 from arrow_device import DeviceType
 
+import hostile_structs as h
 from checks import assert_batch_equal, host_values, raises_cleanly, read_golden, settle
 
 REQUIRE_STANDIN = os.environ.get("ARROW_DEVICE_REQUIRE_STANDIN") == "1"
@@ -1498,6 +1499,152 @@ def test_dlpack_import_from_a_ctypes_producer_without_a_stream_on_gpu_1(producer
     a = ad.array(source)
     assert a.device == ad.cuda(1)
     assert host_values(a).to_pylist() == values.tolist()
+
+
+# --- DLPack 1.3: the C exchange table -------------------------------------------------
+
+
+_OUR_TABLE = h.exchange_table(ad.DeviceArray)
+
+
+def test_exchange_table_export_makes_our_current_work_stream_wait_for_pending_work(producers):
+    """A peer copy to GPU 1 of an import still pending behind a gate on GPU
+    0, taken through DeviceArray's table: work queued on the stream its
+    `current_work_stream` names for GPU 1 reads the values; a read that
+    ignores that stream reads the pending copy's poison."""
+    values = np.arange(2048, dtype=np.int32)
+    a, _, _ = pending_import(producers(0), values, "<i4")
+    copy = a.to(ad.cuda(1))  # pending behind the gate too
+    out = ctypes.c_void_p()
+    assert h.EXCHANGE_FROM_PY_OBJECT(_OUR_TABLE.managed_tensor_from_py_object_no_sync)(copy, ctypes.byref(out)) == 0
+    managed = DLManagedTensorVersioned.from_address(out.value)
+    tensor = managed.dl_tensor
+    assert (tensor.device.device_type, tensor.device.device_id) == (KDL_CUDA, 1)
+    assert managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY
+    stream = ctypes.c_void_p()
+    assert h.EXCHANGE_CURRENT_WORK_STREAM(_OUR_TABLE.current_work_stream)(KDL_CUDA, 1, ctypes.byref(stream)) == 0
+    assert stream.value and stream.value > 2, stream.value
+    consumer = producers(1)
+    # The legacy stream does not wait for our non-blocking stream: poison.
+    assert consumer.read(tensor.data, values.nbytes) == bytes([POISON]) * values.nbytes
+    got = consumer.read_async(tensor.data, values.nbytes, stream.value)
+    consumer.synchronize(stream.value)
+    assert got.raw == values.tobytes(), f"{sum(1 for x in got.raw if x == POISON)} poison bytes"
+    # Read after the check: the CUDA Array Interface export orders the
+    # same stream by itself.
+    assert tensor.data == copy.__cuda_array_interface__["data"][0]
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(managed.deleter)(out.value)
+
+
+# The CUDA streams the ctypes table below calls current, by DLPack device;
+# and the (device type, id) of each current_work_stream call.
+_TABLE_STREAMS = {}
+_TABLE_STREAM_CALLS = []
+
+
+def _table_current_work_stream(device_type, device_id, out):
+    _TABLE_STREAM_CALLS.append((device_type, device_id))
+    out[0] = _TABLE_STREAMS.get((device_type, device_id))
+    return 0
+
+
+def _table_from_py_object(address, out):
+    source = ctypes.cast(ctypes.c_void_p(address), ctypes.py_object).value
+    out[0] = source.tensor()
+    return 0
+
+
+_TABLE_CALLBACKS = (
+    ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))(_table_from_py_object),
+    ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))(
+        _table_current_work_stream
+    ),
+)
+_TABLE = h.DLPackExchangeAPI(
+    h.DLPackExchangeAPIHeader(h.DLPackVersion(1, 3), None),
+    _OUR_TABLE.managed_tensor_allocator,  # required, never called here
+    ctypes.cast(_TABLE_CALLBACKS[0], ctypes.c_void_p).value,
+    _OUR_TABLE.managed_tensor_to_py_object_no_sync,  # required, never called here
+    None,
+    ctypes.cast(_TABLE_CALLBACKS[1], ctypes.c_void_p).value,
+)
+
+
+class TableProducer:
+    """A producer of `length` values at `pointer` (memory of `producer`'s
+    GPU) through a C exchange table only: `__dlpack__` must not be called.
+    The table's `current_work_stream` answers `_TABLE_STREAMS`."""
+
+    __dlpack_c_exchange_api__ = _PyCapsule_New(ctypes.addressof(_TABLE), h.EXCHANGE_API_CAPSULE, None)
+
+    def __init__(self, producer, pointer, length, dtype):
+        self.producer = producer
+        self.pointer = pointer
+        self.length = length
+        self.dtype = dtype  # (code, bits)
+        self.handed_out = []
+
+    def __dlpack__(self, **kwargs):
+        pytest.fail(f"__dlpack__({kwargs}) was called: the exchange table was not used")
+
+    def __dlpack_device__(self):
+        return (KDL_CUDA, self.producer.ordinal)
+
+    def tensor(self):
+        shape = (ctypes.c_int64 * 1)(self.length)
+        strides = (ctypes.c_int64 * 1)(1)
+        managed = DLManagedTensorVersioned(
+            DLPackVersion(1, 3), None, ctypes.cast(_DELETER, ctypes.c_void_p).value, 0,
+            DLTensor(
+                data=self.pointer,
+                device=DLDevice(KDL_CUDA, self.producer.ordinal),
+                ndim=1,
+                dtype=DLDataType(self.dtype[0], self.dtype[1], 1),
+                shape=ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+                strides=ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)),
+                byte_offset=0,
+            ),
+        )
+        address = ctypes.addressof(managed)
+        _DELETED_TENSORS[:] = [a for a in _DELETED_TENSORS if a != address]
+        _LIVE_TENSORS[address] = (managed, shape, strides, self)
+        self.handed_out.append(address)
+        return address
+
+
+@pytest.mark.parametrize("current", ["handle", "null"])
+@pytest.mark.parametrize("gpu", GPUS)
+def test_exchange_table_import_is_ordered_after_the_producers_current_work_stream(producers, gpu, current):
+    """The producer's values are still being written behind a gate on its
+    current work stream: a stream handle, or NULL (the default stream,
+    taken for the legacy one) with the work on a blocking stream, which the
+    legacy stream waits for. The import orders the array after it without
+    waiting, and reads the values."""
+    producer = producers(gpu)
+    values = np.arange(3000, dtype=np.float32)
+    pointer = producer.alloc(values.nbytes)
+    stream = producer.gated_stream(non_blocking=current == "handle")
+    producer.write_async(pointer, values.tobytes(), stream)
+    _TABLE_STREAMS.clear()
+    _TABLE_STREAM_CALLS.clear()
+    if current == "handle":
+        _TABLE_STREAMS[(KDL_CUDA, gpu)] = stream
+    source = TableProducer(producer, pointer, len(values), (KDL_FLOAT, 32))
+    a = ad.array(source)
+    assert len(source.handed_out) == 1
+    assert _TABLE_STREAM_CALLS == [(KDL_CUDA, gpu)]
+    assert a.device == ad.cuda(gpu)
+    assert a.__cuda_array_interface__["stream"] is not None  # still pending: the host did not wait
+    got = host_values(a).to_numpy()
+    assert got.tobytes() == values.tobytes(), f"{int((got != values).sum())} values read before the producer wrote them"
+    (address,) = source.handed_out
+    assert address not in _DELETED_TENSORS
+    del a, got
+    deadline = time.monotonic() + 5
+    while address not in _DELETED_TENSORS and time.monotonic() < deadline:
+        settle()
+        time.sleep(0.01)
+    assert _DELETED_TENSORS.count(address) == 1, "the deleter must run exactly once, with the array"
 
 
 # --- errors are exceptions, never panics ---------------------------------------------

@@ -266,7 +266,8 @@ def test_the_modules_example_runs():
     import doctest
 
     result = doctest.testmod(flight)
-    assert (result.attempted, result.failed) == (4, 0), result
+    # The module's example, and those of the classes it defines.
+    assert result.attempted >= 4 and result.failed == 0, result
 
 
 def test_a_server_is_a_context_manager_that_shuts_down():

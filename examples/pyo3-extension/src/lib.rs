@@ -76,7 +76,10 @@ fn arange(n: i64, device: Option<PyDevice>) -> Result<PyDeviceArray, Error> {
 /// whatever it came from: `ValueError` naming the defect otherwise.
 #[pyfunction]
 fn validated(obj: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {
-    PyDeviceArray::extract_with(obj, &ExtractOptions::default().validate(ValidationLevel::Full))
+    PyDeviceArray::extract_with(
+        obj,
+        &ExtractOptions::default().validate(ValidationLevel::Full),
+    )
 }
 
 /// Rows and the sum of the first int64 column (or of the int64 batches)

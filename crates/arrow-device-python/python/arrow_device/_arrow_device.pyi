@@ -5,6 +5,7 @@ from types import TracebackType
 from typing import (
     Any,
     Callable,
+    ClassVar,
     Dict,
     Iterable,
     Iterator,
@@ -15,9 +16,58 @@ from typing import (
     Tuple,
     Type,
     Union,
+    final,
 )
 
 from ._types import DeviceType
+
+# The native module's names, public and private (PyO3 lists each class and
+# function it adds).
+__all__ = [
+    "Device",
+    "DeviceArray",
+    "DeviceStream",
+    "CudaArrayMask",
+    "array",
+    "stream",
+    "cpu",
+    "emulated",
+    "devices",
+    "cuda",
+    "cuda_host",
+    "cuda_managed",
+    "_device",
+    "ShareHandle",
+    "SharedArray",
+    "open_shared",
+    "SharedStream",
+    "open_shared_stream",
+    "FlightServer",
+    "FlightInfo",
+    "FlightError",
+    "flight_fetch",
+    "flight_put",
+    "flight_serve",
+    "flight_list_flights",
+    "_Watch",
+    "_TakenTensor",
+    "_conformance_check_array",
+    "_conformance_check_stream",
+    "_conformance_check_schema",
+    "_conformance_watch",
+    "_conformance_follow",
+    "_conformance_has_destructor",
+    "_conformance_capsule_name",
+    "_conformance_device_type",
+    "_conformance_schema_type",
+    "_conformance_dlpack_info",
+    "_conformance_dlpack_take",
+    "_conformance_sample",
+    "_conformance_compare",
+    "_conformance_emulate",
+    "_conformance_rules",
+    "_conformance_table",
+]
 
 _Validate = Literal["none", "minimal", "default", "full"]
 
@@ -46,7 +96,7 @@ class _ArrowDeviceStreamExportable(Protocol):
         self, requested_schema: Optional[object] = None, **kwargs: Any
     ) -> object: ...
 
-ArrayLike = Union[
+_ArrayLike = Union[
     "DeviceArray",
     _ArrowDeviceArrayExportable,
     _ArrowArrayExportable,
@@ -54,6 +104,7 @@ ArrayLike = Union[
     _DLPackExportable,
 ]
 
+@final
 class Device:
     """A device: its type and id (-1 for the CPU)."""
 
@@ -62,9 +113,10 @@ class Device:
         """The device type; a plain ``int`` for a type outside ``DeviceType``."""
     @property
     def id(self) -> int: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class DeviceArray:
     """An Arrow array on a device; record batches are struct arrays."""
 
@@ -99,6 +151,10 @@ class DeviceArray:
         copy: Optional[bool] = None,
     ) -> object: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
+    # DLPack 1.3's C exchange table, a PyCapsule named "dlpack_exchange_api",
+    # under the name of dlpack.h and that of an older draft.
+    __dlpack_c_exchange_api__: ClassVar[object]
+    __c_dlpack_exchange_api__: ClassVar[object]
     def share(self) -> "SharedArray":
         """Shares the array with the processes of this machine (Linux; else
         NotImplementedError): open, the SharedArray's handle opens it there
@@ -109,6 +165,7 @@ class DeviceArray:
         stream ordered after the array's event (never 0), `mask` a
         CudaArrayMask when there are nulls; AttributeError otherwise."""
 
+@final
 class CudaArrayMask:
     """The `mask` of an exported `__cuda_array_interface__`: one byte per
     value on the GPU (1 valid, 0 null), made from the validity bitmap."""
@@ -118,6 +175,7 @@ class CudaArrayMask:
         """Version 3 dict, typestr `|b1`."""
     def __len__(self) -> int: ...
 
+@final
 class DeviceStream:
     """A stream of DeviceArrays, read once."""
 
@@ -137,18 +195,20 @@ class DeviceStream:
         machine, reading at most ``depth`` batches ahead of it (Linux; else
         NotImplementedError)."""
 
+@final
 class ShareHandle:
     """A share's handle and nothing else (unpickling a SharedArray or
     SharedStream gives one): it opens while the exporter keeps the share
     open, and keeps nothing alive itself."""
 
-    def __init__(self, handle: bytes) -> None: ...
+    def __new__(cls, handle: bytes) -> "ShareHandle": ...
     @property
     def handle(self) -> bytes: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
     def __reduce__(self) -> Tuple[Type["ShareHandle"], Tuple[bytes]]: ...
 
+@final
 class SharedArray:
     """An array this process shares: while open, its handle opens the array
     in any process of this machine. Pickles to a ShareHandle."""
@@ -169,6 +229,7 @@ class SharedArray:
     ) -> bool: ...
     def __reduce__(self) -> Tuple[Type[ShareHandle], Tuple[bytes]]: ...
 
+@final
 class SharedStream:
     """A stream this process shares with one opener. Pickles to a
     ShareHandle."""
@@ -202,7 +263,7 @@ def open_shared_stream(
     holding the GIL."""
 
 def array(
-    obj: ArrayLike, *, device: Optional[Device] = None, validate: _Validate = "default"
+    obj: _ArrayLike, *, device: Optional[Device] = None, validate: _Validate = "default"
 ) -> DeviceArray:
     """Imports ``obj`` (zero-copy), optionally placing it on ``device``."""
 
@@ -241,6 +302,7 @@ class FlightError(RuntimeError):
     grpc://127.0.0.1:8815: NOT_FOUND (5): no source named "x"; this server
     has ["a"]``."""
 
+@final
 class FlightInfo:
     """One flight of ``list_flights``: ``pyarrow.schema(info)`` reads its
     schema (``__arrow_c_schema__``)."""
@@ -264,6 +326,7 @@ class FlightInfo:
     def __arrow_c_schema__(self) -> object:
         """ValueError when the server listed the flight without a schema."""
 
+@final
 class FlightServer:
     """A running Flight server (``serve``); a context manager that shuts it
     down on exit. Its last reference going stops it without waiting."""
@@ -316,7 +379,7 @@ def flight_fetch(
 def flight_put(
     location: str,
     name: str,
-    source: Union[_ArrowDeviceStreamExportable, _ArrowStreamExportable, Iterable[ArrayLike], str, "os.PathLike[str]"],
+    source: Union[_ArrowDeviceStreamExportable, _ArrowStreamExportable, Iterable[_ArrayLike], str, "os.PathLike[str]"],
     *,
     token: Optional[str] = None,
     tls_root: Optional[_Pem] = None,
@@ -365,3 +428,46 @@ def flight_serve(
     ``tls`` is ``(certificate chain, private key)``, PEM bytes or paths.
     ``depth`` bounds the batches copied to the host ahead of each ``do_get``'s
     send (and landed ahead of the sink)."""
+
+def _device(device_type: int, id: int) -> Device:
+    """The device ``(device_type, id)``: how another extension module's
+    ``Device`` becomes this package's."""
+
+# --- the native half of ``arrow_device.conformance`` (private) -------------
+
+# A check: (id, outcome, message, spec section, advisory).
+_Row = Tuple[str, str, str, str, bool]
+
+def _conformance_check_array(
+    produce: Callable[[], object], device: bool, expect_device_type: Optional[int] = None
+) -> List[_Row]: ...
+def _conformance_check_stream(produce: Callable[[], object], device: bool) -> List[_Row]: ...
+def _conformance_check_schema(produce: Callable[[], object]) -> List[_Row]: ...
+
+@final
+class _Watch:
+    def problems(self) -> Optional[str]: ...
+    def untouched(self) -> bool: ...
+    def calls(self) -> List[Tuple[str, int, bool]]: ...
+
+def _conformance_watch(capsule: object) -> _Watch: ...
+def _conformance_follow(capsule: object) -> _Watch: ...
+def _conformance_capsule_name(obj: object) -> Optional[str]: ...
+def _conformance_device_type(capsule: object) -> int: ...
+def _conformance_has_destructor(capsule: object) -> bool: ...
+def _conformance_schema_type(capsule: object) -> str: ...
+def _conformance_dlpack_info(capsule: object) -> Dict[str, Any]: ...
+
+@final
+class _TakenTensor:
+    def untouched(self) -> Optional[bool]: ...
+    def delete(self) -> Optional[str]: ...
+
+def _conformance_dlpack_take(capsule: object) -> _TakenTensor: ...
+def _conformance_sample(
+    device: Optional[Device] = None, start: int = 0, rows: int = 1000
+) -> DeviceArray: ...
+def _conformance_compare(expected: DeviceArray, found: List[DeviceArray]) -> Optional[str]: ...
+def _conformance_emulate(strict: bool, delay_ms: int, *, delay_us: int = 0) -> Tuple[bool, int]: ...
+def _conformance_rules() -> List[Tuple[str, str, str, bool]]: ...
+def _conformance_table(subject: str, rows: List[Tuple[str, str, str]]) -> str: ...

@@ -4,7 +4,16 @@ from enum import IntEnum
 
 
 class DeviceType(IntEnum):
-    """``ArrowDeviceType`` (the values are DLPack's ``DLDeviceType``)."""
+    """``ArrowDeviceType`` (the values are DLPack's ``DLDeviceType``): what
+    ``Device.type`` and ``DeviceStream.device_type`` give. A type outside
+    this list is given as its plain integer.
+
+    >>> import arrow_device
+    >>> arrow_device.emulated().type
+    <DeviceType.EXT_DEV: 12>
+    >>> arrow_device.DeviceType.CUDA == 2
+    True
+    """
 
     CPU = 1
     CUDA = 2

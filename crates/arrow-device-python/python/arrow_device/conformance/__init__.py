@@ -18,8 +18,13 @@ and what the spec asks, and the spec section; :data:`RULES` lists them all.
 >>> import pyarrow as pa
 >>> from arrow_device.conformance import check_producer
 >>> report = check_producer(pa.array([1, 2, 3]))
->>> report.passed
-True
+>>> report.outcome("array.release_once")
+'passed'
+>>> [check.id for check in report.checks][:3]
+['schema.export', 'array.requested_schema_none', 'array.capsule_names']
+
+``report.passed`` is True when no check failed; ``print(report)`` shows the
+table.
 """
 
 from ._consumer import check_consumer

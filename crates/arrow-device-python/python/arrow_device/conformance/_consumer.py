@@ -357,4 +357,4 @@ def check_consumer(fn: Callable[[Any], Any], *, device=None, timeout: float = 12
     checks.insert(0, Check.of("consumer.accepts", PASSED if cpu_accepted else FAILED,
                               f"took {len(cpu_accepted)} of the 4 CPU forms (workers: {method})" if cpu_accepted
                               else "took none of the CPU forms (array, device array, stream, device stream)"))
-    return Report(subject or getattr(fn, "__qualname__", repr(fn)), checks)
+    return Report(subject or str(getattr(fn, "__qualname__", repr(fn))), checks)

@@ -189,17 +189,16 @@ def _check_method(checks: _Checks, source: Callable[[], Any], fresh: bool, name:
                    f"requested_schema=None raised {schema_none_error}, though an export without it works "
                    "(spec: requested_schema is a keyword with default None)")
     if failure is not None:
-        exc = failure
         called = f"{name}({'' if scope == 'schema' else 'requested_schema=None'})"
         allowed = _refusal_allowed(source, scope)
         if allowed is None and consumed_by is not None and not fresh:
             allowed = f"the object was consumed by the check of {consumed_by} (a single-use object: pass fresh= to check every method)"
         if allowed is not None:
-            checks.add(f"{scope}.export", NOT_APPLICABLE, f"{called} raised {_describe(exc)}: {allowed}")
+            checks.add(f"{scope}.export", NOT_APPLICABLE, f"{called} raised {_describe(failure)}: {allowed}")
         else:
-            checks.add(f"{scope}.export", FAILED, f"{called} raised {_describe(exc)}")
+            checks.add(f"{scope}.export", FAILED, f"{called} raised {_describe(failure)}")
             if scope != "schema":
-                checks.add(f"{scope}.requested_schema_none", FAILED, f"raised {_describe(exc)}")
+                checks.add(f"{scope}.requested_schema_none", FAILED, f"raised {_describe(failure)}")
         # Even a failed call (or the probe of the device method) may have
         # consumed a single-use stream.
         return scope.endswith("stream")
@@ -362,7 +361,7 @@ def _dlpack_checks(checks: _Checks, obj: Any) -> None:
         checks.add("dlpack.consumed", FAILED if found else PASSED,
                    found or "the renamed capsule left the tensor to the consumer, whose one deleter call freed it")
     # Stream rules.
-    trials = [("stream=None", {"stream": None})]
+    trials: List[tuple[str, dict[str, Any]]] = [("stream=None", {"stream": None})]
     if on_stream_device:
         trials.append(("stream=-1", {"stream": -1}))
     failed = []
@@ -399,7 +398,10 @@ def _cai_checks(checks: _Checks, iface: Any) -> None:
     else:
         checks.add("cai.stream", FAILED, f"stream {iface['stream']!r} (spec: None or a non-zero integer; 0 is disallowed)")
     problems = []
-    shape, typestr, data, strides = iface.get("shape"), iface.get("typestr"), iface.get("data"), iface.get("strides")
+    shape: Any = iface.get("shape")
+    typestr: Any = iface.get("typestr")
+    data: Any = iface.get("data")
+    strides: Any = iface.get("strides")
     if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
         problems.append(f"shape {shape!r} is not a tuple of non-negative ints")
     if not isinstance(typestr, str) or not _TYPESTR.match(typestr):
