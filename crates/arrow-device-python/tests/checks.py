@@ -6,9 +6,26 @@ import gc
 import re
 
 import arrow_device as ad
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+
+# The NumPy dtypes DLPack carries both ways (one-dimensional numbers).
+NUMERIC = [
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
+NUMERIC_IDS = [np.dtype(t).name for t in NUMERIC]
 
 
 def raises_cleanly(call, expected, *patterns):

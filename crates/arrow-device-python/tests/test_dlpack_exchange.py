@@ -42,26 +42,12 @@ import pytest
 
 import arrow_device as ad
 import hostile_structs as h
-from checks import host_values, raises_cleanly, settle
+from checks import NUMERIC, NUMERIC_IDS, host_values, raises_cleanly, settle
 
 CPU, CUDA, EXT_DEV = 1, 2, 12
 DLPACK_FLAG_BITMASK_READ_ONLY = 1
 NAME = h.EXCHANGE_API_CAPSULE
 
-NUMERIC = [
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-]
-NUMERIC_IDS = [np.dtype(t).name for t in NUMERIC]
 
 
 # --- the table, in ctypes ------------------------------------------------------------

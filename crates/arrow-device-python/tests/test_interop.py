@@ -16,22 +16,10 @@ import pytest
 
 import arrow_device as ad
 
+from checks import NUMERIC, NUMERIC_IDS
+
 EXT_DEV = 12
 
-NUMERIC = [
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-]
-NUMERIC_IDS = [np.dtype(t).name for t in NUMERIC]
 
 
 @pytest.fixture
