@@ -9,21 +9,22 @@
 //! returns them the same way, as objects that implement the protocols:
 //!
 //! ```ignore
-//! use arrow_device_pyo3::{PyDeviceArray, PyResultExt};
+//! use arrow_device_pyo3::{Error, PyDevice, PyDeviceArray};
 //! use pyo3::prelude::*;
 //!
-//! /// The array on the CPU, whatever device it came from.
+//! /// The array on `device` ("cpu", "cuda:0", an `arrow_device.Device`).
 //! #[pyfunction]
-//! fn to_cpu(array: PyDeviceArray) -> PyResult<PyDeviceArray> {
-//!     let on_cpu = array.as_ref().to_device(&arrow_device::device::cpu())?;
-//!     Ok(PyDeviceArray::new(on_cpu))
+//! fn to_device(array: PyDeviceArray, device: PyDevice) -> Result<PyDeviceArray, Error> {
+//!     Ok(array.to_device(&device)?.into())
 //! }
 //! ```
 //!
-//! A library error converts to the Python exception the `arrow_device`
-//! package raises for it ([`errors::to_py`]), so `?` works in a
-//! `#[pyfunction]`. Options (the validation level, a device to copy to)
-//! go through [`PyDeviceArray::extract_with`] and [`ExtractOptions`].
+//! [`Error`] takes a library error or a `PyErr` through `?` and converts
+//! to the Python exception the `arrow_device` package raises for it
+//! ([`errors::to_py`]); in a function returning `PyResult`,
+//! [`PyResultExt::py`] does the same. Options (the validation level, a
+//! device to copy to) go through [`PyDeviceArray::extract_with`] and
+//! [`ExtractOptions`].
 //!
 //! The `arrow_device` Python package is this crate's module plus Arrow
 //! Flight and the conformance checker: [`register`] adds the classes and
@@ -33,7 +34,10 @@
 //! through the protocols (PyCapsules): each module has its own copy of the
 //! classes, and a returned array becomes an `arrow_device.DeviceArray` of the
 //! installed package when there is one (see [`PyDeviceArray`]'s
-//! `IntoPyObject`).
+//! `IntoPyObject`). CPU and CUDA data cross freely; the emulated device
+//! (`EXT_DEV`) is per binary, since each binary has its own copy of
+//! arrow-device's statics: an emulated array of another binary can be
+//! described here but not copied (the error says so).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod array;
