@@ -15,7 +15,7 @@ use arrow_device::abi::{
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyTuple};
+use pyo3::types::{PyCapsule, PyTuple, PyType};
 
 /// Capsule names (spec: "PyCapsule Standard").
 pub const ARROW_SCHEMA: &CStr = c"arrow_schema";
@@ -197,8 +197,12 @@ pub fn tuple_of<'py>(
 
 /// `int`, `pyarrow.lib.Array`: for messages.
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .fully_qualified_name()
+    qualified_name(&obj.get_type())
+}
+
+/// A type's fully qualified name (`pyarrow.lib.Array`): for messages.
+pub fn qualified_name(ty: &Bound<'_, PyType>) -> String {
+    ty.fully_qualified_name()
         .map(|name| name.to_string())
         .unwrap_or_else(|_| "an object of unknown type".to_string())
 }

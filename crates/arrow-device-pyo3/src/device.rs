@@ -5,7 +5,7 @@ use arrow_device::device::{self, emulated::EmulatedDevice, DeviceRef};
 use arrow_device::DeviceType;
 
 use crate::errors::PyResultExt;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A device: `.type` (a `DeviceType`, or the plain integer for a type
@@ -163,17 +163,24 @@ fn foreign_key(other: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i64)>> {
     if class.name()?.to_cow()? != "Device" || class.module()?.to_cow()? != "arrow_device" {
         return Ok(None);
     }
-    let py = other.py();
-    let (Some(device_type), Some(id)) = (
-        other.getattr_opt(pyo3::intern!(py, "type"))?,
-        other.getattr_opt(pyo3::intern!(py, "id"))?,
-    ) else {
+    let Some((device_type, id)) = type_and_id(other)? else {
         return Ok(None);
     };
     match (device_type.extract::<i32>(), id.extract::<i64>()) {
         (Ok(device_type), Ok(id)) => Ok(Some((device_type, id))),
         _ => Ok(None),
     }
+}
+
+/// The `type` and `id` attributes of `obj`, as another binary's `Device`
+/// has them; `None` unless it has both.
+pub(crate) fn type_and_id<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+    let py = obj.py();
+    let device_type = obj.getattr_opt(pyo3::intern!(py, "type"))?;
+    let id = obj.getattr_opt(pyo3::intern!(py, "id"))?;
+    Ok(device_type.zip(id))
 }
 
 impl DeviceObject {
@@ -222,11 +229,7 @@ pub fn cpu() -> DeviceObject {
 #[pyfunction]
 #[pyo3(signature = (id = 0))]
 pub fn emulated(id: i64) -> PyResult<DeviceObject> {
-    let device = EmulatedDevice::global(id).ok_or_else(|| {
-        PyValueError::new_err(format!("emulated device ids are 0 to 1023, got {id}"))
-    })?;
-    let device: DeviceRef = device;
-    Ok(DeviceObject::new(device))
+    resolve(DeviceType::EXT_DEV, id).map(DeviceObject::new)
 }
 
 /// The devices available in this process: the CPU, the emulated device 0
@@ -317,7 +320,29 @@ pub fn cuda_managed(id: i64) -> PyResult<DeviceObject> {
 #[pyfunction]
 #[pyo3(name = "_device")]
 pub fn device_of(device_type: i32, id: i64) -> PyResult<DeviceObject> {
-    crate::PyDevice::resolve(DeviceType(device_type), id).map(|d| DeviceObject::new(d.into_inner()))
+    resolve(DeviceType(device_type), id).map(DeviceObject::new)
+}
+
+/// The device `(device_type, id)` as this library implements it: the CPU,
+/// an emulated device (ids 0 to 1023), or a CUDA device (whose driver is
+/// loaded now, with a clear error without one); `TypeError` for any other
+/// device type.
+pub fn resolve(device_type: DeviceType, id: i64) -> PyResult<DeviceRef> {
+    match device_type {
+        DeviceType::CPU => Ok(device::cpu()),
+        DeviceType::EXT_DEV => match EmulatedDevice::global(id) {
+            Some(emulated) => Ok(emulated),
+            None => Err(PyValueError::new_err(format!(
+                "emulated device ids are 0 to 1023, got {id}"
+            ))),
+        },
+        DeviceType::CUDA | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED => {
+            cuda_device(device_type, id)
+        }
+        other => Err(PyTypeError::new_err(format!(
+            "no implementation for device type {other} (id {id}) in this library"
+        ))),
+    }
 }
 
 /// The CUDA device `(device_type, id)` (CUDA, CUDA_HOST or CUDA_MANAGED),

@@ -5,7 +5,7 @@
 
 use std::ops::Deref;
 
-use arrow_device::device::{self, emulated::EmulatedDevice, DeviceRef};
+use arrow_device::device::DeviceRef;
 use arrow_device::stream::{export_device_arrays, DeviceStreamReader};
 use arrow_device::{DeviceArray, DeviceType, ValidationLevel};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -15,9 +15,9 @@ use pyo3::types::{IntoPyDict, PyType};
 
 use crate::array::{import_any, DeviceArrayObject};
 use crate::capsule::type_name;
-use crate::device::{cuda_device, DeviceObject};
+use crate::device::{self, type_and_id, DeviceObject};
 use crate::errors::{guard, PyResultExt};
-use crate::stream::{reader_of, DeviceStreamObject};
+use crate::stream::{own_reader, reader_of, DeviceStreamObject};
 
 /// How an array or stream is taken from Python: the validation level of
 /// the import (the package's `validate=`) and a device to copy it to.
@@ -124,7 +124,7 @@ impl<'py> IntoPyObject<'py> for PyDeviceArray {
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let device_type = self.0.device_type();
         let object = Bound::new(py, DeviceArrayObject::new(self.0))?.into_any();
-        Package::get(py).adopt(object, Kind::Array, device_type)
+        returned(object, device_type, |c| &c.array)
     }
 }
 
@@ -158,9 +158,7 @@ impl PyDeviceStream {
             let target_type = device.device_type();
             let moved = reader.map(move |batch| batch?.to_device(&device));
             let exported = export_device_arrays(field, target_type, moved).py()?;
-            // SAFETY: our own export, of batches the reader validated.
-            let reader = unsafe { DeviceStreamReader::try_new(exported, ValidationLevel::None) };
-            Ok(PyDeviceStream(reader.py()?))
+            Ok(PyDeviceStream(own_reader(exported)?))
         })
     }
 
@@ -206,7 +204,7 @@ impl<'py> IntoPyObject<'py> for PyDeviceStream {
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let device_type = self.0.device_type();
         let object = Bound::new(py, DeviceStreamObject::from_reader(self.0))?.into_any();
-        Package::get(py).adopt(object, Kind::Stream, device_type)
+        returned(object, device_type, |c| &c.stream)
     }
 }
 
@@ -232,21 +230,7 @@ impl PyDevice {
     /// CPU, an emulated device, or a CUDA device (whose driver is loaded
     /// now, with a clear error without one).
     pub fn resolve(device_type: DeviceType, id: i64) -> PyResult<Self> {
-        let resolved: DeviceRef = match device_type {
-            DeviceType::CPU => device::cpu(),
-            DeviceType::EXT_DEV => EmulatedDevice::global(id).ok_or_else(|| {
-                PyValueError::new_err(format!("emulated device ids are 0 to 1023, got {id}"))
-            })?,
-            DeviceType::CUDA | DeviceType::CUDA_HOST | DeviceType::CUDA_MANAGED => {
-                cuda_device(device_type, id)?
-            }
-            other => {
-                return Err(PyTypeError::new_err(format!(
-                    "no implementation for device type {other} (id {id}) in this library"
-                )))
-            }
-        };
-        Ok(PyDevice(resolved))
+        device::resolve(device_type, id).map(PyDevice)
     }
 
     fn parse(text: &str) -> PyResult<Self> {
@@ -262,7 +246,7 @@ impl PyDevice {
             None => (text, 0),
         };
         let device_type = match name {
-            "cpu" if id == 0 || text == "cpu:-1" => return Ok(PyDevice(device::cpu())),
+            "cpu" if id == 0 || text == "cpu:-1" => return Ok(PyDevice(arrow_device::device::cpu())),
             "cpu" => {
                 return Err(PyValueError::new_err(format!(
                     "the CPU has no device id, got {text:?}"
@@ -300,11 +284,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for PyDevice {
         if let Ok(text) = obj.extract::<&str>() {
             return Self::parse(text);
         }
-        let py = obj.py();
-        let device_type = obj.getattr_opt(pyo3::intern!(py, "type"))?;
-        let id = obj.getattr_opt(pyo3::intern!(py, "id"))?;
-        match (device_type, id) {
-            (Some(device_type), Some(id)) => {
+        match type_and_id(&obj)? {
+            Some((device_type, id)) => {
                 let (Ok(device_type), Ok(id)) = (device_type.extract::<i32>(), id.extract::<i64>())
                 else {
                     return Err(PyTypeError::new_err(format!(
@@ -316,7 +297,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for PyDevice {
                 };
                 Self::resolve(DeviceType(device_type), id)
             }
-            _ => Err(PyTypeError::new_err(format!(
+            None => Err(PyTypeError::new_err(format!(
                 "expected an arrow_device.Device or a device name such as 'cuda:0', got {}",
                 type_name(&obj)
             ))),
@@ -330,17 +311,40 @@ impl<'py> IntoPyObject<'py> for PyDevice {
     type Error = PyErr;
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let device_type = self.0.device_type();
-        let object = Bound::new(py, DeviceObject::new(self.0))?.into_any();
-        Package::get(py).adopt(object, Kind::Device, device_type)
+        let (device_type, id) = (self.0.device_type(), self.0.device_id());
+        match Package::adopting(py, device_type) {
+            Some(package) => package.device.bind(py).call1((device_type.0, id)),
+            None => Ok(Bound::new(py, DeviceObject::new(self.0))?.into_any()),
+        }
     }
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Array,
-    Stream,
-    Device,
+/// `object`, new and of this binary's class, as the installed
+/// package's own through its `constructor` (`array` or `stream`), when
+/// [`Package::adopting`] says so: our own export read back by the package,
+/// so the structure is checked (minimal) and the values, checked when first
+/// taken, are not read again.
+fn returned<'py>(
+    object: Bound<'py, PyAny>,
+    device_type: DeviceType,
+    constructor: fn(&Constructors) -> &Py<PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = object.py();
+    match Package::adopting(py, device_type) {
+        None => Ok(object),
+        Some(package) => {
+            let kwargs = [("validate", "minimal")].into_py_dict(py)?;
+            constructor(package).bind(py).call((object,), Some(&kwargs))
+        }
+    }
+}
+
+/// The installed package's `array`, `stream` and device constructor
+/// (`_device(type, id)`), in another binary.
+struct Constructors {
+    array: Py<PyAny>,
+    stream: Py<PyAny>,
+    device: Py<PyAny>,
 }
 
 /// The installed `arrow_device` package, as seen from this binary.
@@ -349,13 +353,9 @@ enum Package {
     Absent,
     /// This binary is the package: its classes are ours.
     Ours,
-    /// Another binary: its `array`, `stream` and device constructor, to
-    /// turn our objects into its own through the protocols.
-    Other {
-        array: Py<PyAny>,
-        stream: Py<PyAny>,
-        device: Py<PyAny>,
-    },
+    /// Another binary: its constructors turn our objects into its own
+    /// through the protocols.
+    Other(Constructors),
 }
 
 impl Package {
@@ -373,52 +373,25 @@ impl Package {
         if theirs.is(py.get_type::<DeviceArrayObject>()) {
             return Ok(Package::Ours);
         }
-        Ok(Package::Other {
+        Ok(Package::Other(Constructors {
             array: module.getattr("array")?.unbind(),
             stream: module.getattr("stream")?.unbind(),
             device: module.getattr("_device")?.unbind(),
-        })
+        }))
     }
 
-    /// `object` (of this binary's classes) as the package's own, unless it
-    /// is on the emulated device: each binary has its own emulated devices
-    /// (statics of its copy of arrow-device), so the package could not
-    /// use that object's events or memory, while this binary can when the
-    /// object comes back. CPU and CUDA memory and events are the process's.
-    fn adopt<'py>(
-        &self,
-        object: Bound<'py, PyAny>,
-        kind: Kind,
-        device_type: DeviceType,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let Package::Other {
-            array,
-            stream,
-            device,
-        } = self
-        else {
-            return Ok(object);
-        };
-        if device_type == DeviceType::EXT_DEV {
-            return Ok(object);
-        }
-        let py = object.py();
-        match kind {
-            // Our own export, read back by the package: the structure is
-            // checked (minimal), the values were checked when first taken.
-            Kind::Array => {
-                let kwargs = [("validate", "minimal")].into_py_dict(py)?;
-                array.bind(py).call((object,), Some(&kwargs))
+    /// The constructors that make an object on `device_type` the package's
+    /// own: those of another binary's package, and never for the emulated
+    /// device. Each binary has its own emulated devices (statics of its
+    /// copy of arrow-device), so the package could not use such an
+    /// object's events or memory, while this binary can when the object
+    /// comes back. CPU and CUDA memory and events are the process's.
+    fn adopting(py: Python<'_>, device_type: DeviceType) -> Option<&Constructors> {
+        match Package::get(py) {
+            Package::Other(constructors) if device_type != DeviceType::EXT_DEV => {
+                Some(constructors)
             }
-            Kind::Stream => {
-                let kwargs = [("validate", "minimal")].into_py_dict(py)?;
-                stream.bind(py).call((object,), Some(&kwargs))
-            }
-            Kind::Device => {
-                let device_type = object.getattr("type")?;
-                let id = object.getattr("id")?;
-                device.bind(py).call1((device_type, id))
-            }
+            _ => None,
         }
     }
 }

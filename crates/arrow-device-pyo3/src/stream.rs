@@ -219,6 +219,13 @@ pub fn reader_of(obj: &Bound<'_, PyAny>, level: ValidationLevel) -> PyResult<Dev
     from_iterable(obj, level)?.take_reader(None)
 }
 
+/// A reader of a stream this crate exported (of batches it read and
+/// checked already): nothing is validated again.
+pub(crate) fn own_reader(exported: ArrowDeviceArrayStream) -> PyResult<DeviceStreamReader> {
+    // SAFETY: our own export.
+    unsafe { DeviceStreamReader::try_new(exported, ValidationLevel::None) }.py()
+}
+
 /// Whether `obj` exports a stream through the PyCapsule protocol.
 pub fn has_stream_protocol(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = obj.py();
@@ -378,9 +385,7 @@ impl DeviceStreamObject {
         &self,
         requested_schema: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<DeviceStreamReader> {
-        let device_stream = self.export(requested_schema)?;
-        // SAFETY: our own export.
-        unsafe { DeviceStreamReader::try_new(device_stream, ValidationLevel::None) }.py()
+        own_reader(self.export(requested_schema)?)
     }
 
     /// This stream as a device stream of `requested_schema`'s type (another

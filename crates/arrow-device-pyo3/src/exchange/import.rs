@@ -19,7 +19,7 @@ use super::{
     CurrentWorkStream, DLPackExchangeAPI, DLPackExchangeAPIHeader, ATTRIBUTE, CAPSULE_NAME,
     DRAFT_ATTRIBUTE, VERSION,
 };
-use crate::capsule::type_name;
+use crate::capsule::{qualified_name, type_name};
 use crate::errors::to_py;
 
 /// How many tables of a `prev_api` chain a consumer reads before giving up
@@ -80,7 +80,7 @@ pub fn import(obj: &Bound<'_, PyAny>) -> PyResult<Option<DeviceArray>> {
     let Some(tensor) = NonNull::new(out) else {
         return Err(PyValueError::new_err(format!(
             "{}'s DLPack exchange table: managed_tensor_from_py_object_no_sync returned 0 but no tensor",
-            ty_name(&ty)
+            qualified_name(&ty)
         )));
     };
     // Only a major version this crate reads may be read past `deleter`;
@@ -183,7 +183,7 @@ fn table_pointer(
                 .unwrap_or_else(|| "no name".to_string());
             return Err(PyValueError::new_err(format!(
                 "{}.{name} must be a PyCapsule named \"dlpack_exchange_api\" (dlpack.h), got one with {found}",
-                ty_name(ty)
+                qualified_name(ty)
             )));
         }
         capsule.pointer_checked(Some(CAPSULE_NAME))?.as_ptr() as usize
@@ -192,14 +192,14 @@ fn table_pointer(
     } else {
         return Err(PyTypeError::new_err(format!(
             "{}.{name} must be a PyCapsule named \"dlpack_exchange_api\" (or the table's address as an int), got {}",
-            ty_name(ty),
+            qualified_name(ty),
             type_name(value)
         )));
     };
     NonNull::new(address as *mut DLPackExchangeAPIHeader).ok_or_else(|| {
         PyValueError::new_err(format!(
             "{}.{name} holds a NULL DLPackExchangeAPI pointer",
-            ty_name(ty)
+            qualified_name(ty)
         ))
     })
 }
@@ -226,7 +226,7 @@ fn required<F>(function: Option<F>, ty: &Bound<'_, PyType>, name: &str) -> PyRes
     function.ok_or_else(|| {
         PyValueError::new_err(format!(
             "{}'s DLPack exchange table has a NULL {name}, which dlpack.h requires",
-            ty_name(ty)
+            qualified_name(ty)
         ))
     })
 }
@@ -239,7 +239,7 @@ fn outcome(py: Python<'_>, status: c_int, ty: &Bound<'_, PyType>, function: &str
         (_, Some(err)) => Err(err),
         (status, None) => Err(PyRuntimeError::new_err(format!(
             "{}'s DLPack exchange table: {function} returned {status} without setting a Python exception",
-            ty_name(ty)
+            qualified_name(ty)
         ))),
     }
 }
@@ -263,10 +263,4 @@ fn producer_stream(
         2 => StreamSync::PerThread,
         handle => StreamSync::Handle(handle as u64),
     })
-}
-
-fn ty_name(ty: &Bound<'_, PyType>) -> String {
-    ty.fully_qualified_name()
-        .map(|name| name.to_string())
-        .unwrap_or_else(|_| "a type".to_string())
 }
