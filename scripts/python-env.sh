@@ -12,7 +12,8 @@
 #
 # The wheel is the one a release would publish: a release build, abi3 for
 # CPython 3.10 and later, tagged manylinux_2_27 after maturin's auditwheel
-# check. zig (PyPI's `ziglang`) links it against glibc 2.27's symbol
+# check (scripts/build-wheel.sh, which the example extension's build
+# shares). zig (PyPI's `ziglang`) links it against glibc 2.27's symbol
 # versions whatever the build machine's glibc; 2.27 is the floor the code
 # sets (`memfd_create`, for sharing and the emulated device). The tests then
 # import that installed wheel, never the source folder: an editable install
@@ -23,7 +24,6 @@ venv="${ARROW_DEVICE_VENV:-target/venv}"
 wheels="${ARROW_DEVICE_WHEELS:-target/wheels/$(basename "$venv")}"
 python="$venv/bin/python"
 requirements=crates/arrow-device-python/requirements-test.txt
-manylinux=manylinux_2_27
 
 if [ ! -x "$python" ]; then
     python3 -m venv "$venv" >&2
@@ -45,9 +45,7 @@ fi
 mkdir -p "$wheels"
 wheels=$(cd "$wheels" && pwd)
 rm -f "$wheels"/arrow_device-*.whl
-(cd crates/arrow-device-python && PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" \
-    "$python" -m maturin build --release --locked --zig --compatibility "$manylinux" \
-    -q -o "$wheels" >&2)
+bash scripts/build-wheel.sh "$python" crates/arrow-device-python/Cargo.toml "$wheels"
 wheel=$(ls "$wheels"/arrow_device-*.whl)
 
 # maturin's check reads symbol versions only. A symbol the linker found in
@@ -68,7 +66,7 @@ EOF
         awk '/\*UND\*/ && $2 != "w" && !/\([A-Za-z_][A-Za-z0-9_.]*\)/ && $NF !~ /^_?Py/ { print $NF }')
     rm -f "$so"
     if [ -n "$unversioned" ]; then
-        echo "python-env: $wheel claims $manylinux, yet needs unversioned C library symbols the linker did not find in that glibc:" $unversioned >&2
+        echo "python-env: $wheel claims its manylinux tag, yet needs unversioned C library symbols the linker did not find in that glibc:" $unversioned >&2
         exit 1
     fi
 else
